@@ -1,0 +1,58 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// newFlagSet makes a command's flag set; its usage line comes first in --help.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: hookd %s\n\nEvery flag can also be set as HOOKD_<FLAG> (--allow-network: HOOKD_ALLOW_NETWORK, comma-separated for repeatable flags).\n\nflags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args after applying HOOKD_<FLAG> environment fallbacks,
+// so a flag on the command line wins over the environment.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		v := getenv("HOOKD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")))
+		if v == "" {
+			return
+		}
+		// Repeatable flags take a comma-separated list from the environment.
+		if _, ok := f.Value.(*listFlag); ok {
+			for _, part := range strings.Split(v, ",") {
+				if err = f.Value.Set(strings.TrimSpace(part)); err != nil {
+					break
+				}
+			}
+		} else {
+			err = f.Value.Set(v)
+		}
+		if err != nil {
+			err = fmt.Errorf("HOOKD_%s: %w", strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")), err)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+

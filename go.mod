@@ -1,0 +1,3 @@
+module hookd
+
+go 1.26

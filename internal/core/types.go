@@ -1,0 +1,138 @@
+package core
+
+import "time"
+
+// DeliveryState is where a delivery stands; see docs/architecture.md.
+type DeliveryState string
+
+const (
+	// Pending: waiting for its next attempt (or in flight: in-flight work stays
+	// pending in the store so a crash means a resend, never a loss).
+	DeliveryPending DeliveryState = "pending"
+	// Delivered: an attempt got a 2xx.
+	DeliveryDelivered DeliveryState = "delivered"
+	// Failed: retries exhausted or a non-retryable answer. Replayable.
+	DeliveryFailed DeliveryState = "failed"
+	// Skipped: not attempted because the subscription was disabled or deleted. Replayable.
+	DeliverySkipped DeliveryState = "skipped"
+)
+
+// SubscriptionState says whether a subscription's deliveries are sent.
+type SubscriptionState string
+
+const (
+	SubActive   SubscriptionState = "active"   // deliveries are sent
+	SubPaused   SubscriptionState = "paused"   // deliveries are kept pending, not sent
+	SubDisabled SubscriptionState = "disabled" // new and pending deliveries are skipped
+)
+
+// DefaultTenant is the tenant the admin token acts on when none is named.
+const DefaultTenant = "default"
+
+type Tenant struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKey is a tenant's credential. Only the SHA-256 of the key is stored.
+type APIKey struct {
+	ID        string
+	TenantID  string
+	Hash      string // hex SHA-256 of the plaintext key
+	CreatedAt time.Time
+}
+
+type Subscription struct {
+	ID         string
+	TenantID   string
+	URL        string
+	Host       string // destination host:port, lowercased: the admission and shard key
+	EventTypes []string
+	// Secret signs every delivery; PrevSecret also signs until PrevSecretExpiresAt.
+	Secret              string
+	PrevSecret          string
+	PrevSecretExpiresAt time.Time
+	Ordered             bool
+	RetrySchedule       []time.Duration // nil: DefaultRetrySchedule
+	Timeout             time.Duration   // 0: DefaultTimeout
+	MaxConcurrency      int             // 0: the host default
+	RateLimit           float64         // deliveries per second; 0: unlimited
+	RetryStatusCodes    []int           // extra 3xx/4xx codes to retry instead of failing
+	State               SubscriptionState
+	DisabledReason      string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+}
+
+// Secrets returns the secrets that sign a delivery at now: the current one and,
+// during the rotation grace period, the previous one.
+func (s *Subscription) Secrets(now time.Time) []string {
+	if s.PrevSecret != "" && now.Before(s.PrevSecretExpiresAt) {
+		return []string{s.Secret, s.PrevSecret}
+	}
+	return []string{s.Secret}
+}
+
+// Schedule returns the subscription's retry delays after the first try.
+func (s *Subscription) Schedule() []time.Duration {
+	if s.RetrySchedule != nil {
+		return s.RetrySchedule
+	}
+	return DefaultRetrySchedule
+}
+
+// SendTimeout returns how long one attempt may take.
+func (s *Subscription) SendTimeout() time.Duration {
+	if s.Timeout > 0 {
+		return s.Timeout
+	}
+	return DefaultTimeout
+}
+
+type Event struct {
+	ID             string
+	TenantID       string
+	Type           string
+	Payload        []byte // raw JSON
+	IdempotencyKey string
+	OrderingKey    string
+	CreatedAt      time.Time
+}
+
+type Delivery struct {
+	ID             string
+	EventID        string
+	SubscriptionID string
+	TenantID       string
+	EventType      string // denormalised from the event for filtering
+	Host           string
+	Shard          int
+	State          DeliveryState
+	AttemptCount   int // attempts ever made
+	// RoundStart is AttemptCount when the current round of retries began
+	// (0, or the count at the last replay); AttemptCount-RoundStart indexes the schedule.
+	RoundStart    int
+	NextAttemptAt time.Time
+	LastStatus    int
+	LastError     string
+	Sequence      int64 // per (subscription, ordering key); 0 when not ordered
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+type Attempt struct {
+	DeliveryID string
+	N          int // 1-based, over the delivery's whole life
+	StartedAt  time.Time
+	Duration   time.Duration
+	StatusCode int    // 0 when no HTTP answer
+	Error      string // empty on an HTTP answer
+	Response   string // first MaxResponseHead bytes of the answer body
+}
+
+// Job is what the dispatcher needs to send one delivery.
+type Job struct {
+	Delivery Delivery
+	Event    Event
+}

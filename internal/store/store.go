@@ -1,0 +1,142 @@
+// Package store defines the one interface every storage backend implements.
+// Backends live in sqlite/ and (later) postgres/; storetest/ is the conformance
+// suite each of them must pass. Methods are named table first.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"hookd/internal/core"
+)
+
+var (
+	// ErrNotFound: no such row, or it belongs to another tenant.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a row with that identity already exists, or the row is in
+	// a state that does not allow the change.
+	ErrConflict = errors.New("conflict")
+)
+
+// Store is everything the API and the dispatcher need from storage. Every
+// method is safe for concurrent use. A tenantID of "" means any tenant (admin).
+type Store interface {
+	Close() error
+
+	// TenantCreate inserts a tenant and its first API key in one transaction.
+	// ErrConflict if the tenant ID exists.
+	TenantCreate(ctx context.Context, t core.Tenant, key core.APIKey) error
+	// TenantGet: ErrNotFound if absent.
+	TenantGet(ctx context.Context, id string) (core.Tenant, error)
+	// APIKeyByHash finds a key by the hex SHA-256 of its plaintext. ErrNotFound if absent.
+	APIKeyByHash(ctx context.Context, hash string) (core.APIKey, error)
+
+	// SubscriptionCreate inserts s. ErrConflict if the ID exists.
+	SubscriptionCreate(ctx context.Context, s core.Subscription) error
+	// SubscriptionGet returns a live (not deleted) subscription. ErrNotFound otherwise.
+	SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error)
+	// SubscriptionList pages live subscriptions of one tenant by ID ascending.
+	SubscriptionList(ctx context.Context, p SubscriptionListParams) (Page[core.Subscription], error)
+	// SubscriptionListAll returns every live subscription of every tenant: the
+	// matching index is built from it at start.
+	SubscriptionListAll(ctx context.Context) ([]core.Subscription, error)
+	// SubscriptionUpdate overwrites the mutable fields of a live subscription
+	// (everything but ID, TenantID, CreatedAt). If s.State is disabled, its
+	// pending deliveries become skipped in the same transaction.
+	// ErrNotFound if absent or deleted.
+	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
+	// SubscriptionDelete marks a subscription deleted (its records stay for
+	// the retention window) and skips its pending deliveries, in one transaction.
+	// ErrNotFound if absent or already deleted.
+	SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error
+
+	// EventInsertBatch writes many events, each with its deliveries, in ONE
+	// transaction that is durable when it returns nil. An event whose
+	// (tenant, idempotency key) already exists, in the store or earlier in the
+	// batch, writes nothing and answers the first event's ID with Duplicate set.
+	// For deliveries of ordered subscriptions whose event has an ordering key,
+	// the store assigns Sequence (1, 2, ... per subscription and key).
+	// On error nothing of the batch is written.
+	EventInsertBatch(ctx context.Context, batch []EventInsert) ([]EventInsertResult, error)
+	// EventGet returns an event and its deliveries (oldest first). ErrNotFound if absent.
+	EventGet(ctx context.Context, tenantID, id string) (core.Event, []core.Delivery, error)
+
+	// DeliveryGet returns a delivery and its attempts (by N). ErrNotFound if absent.
+	DeliveryGet(ctx context.Context, tenantID, id string) (core.Delivery, []core.Attempt, error)
+	// DeliveryList pages one subscription's deliveries, newest (highest ID) first.
+	DeliveryList(ctx context.Context, p DeliveryListParams) (Page[core.Delivery], error)
+	// DeliveryReplay puts a delivered, failed or skipped delivery back to
+	// pending, due at now, starting a new round of retries
+	// (RoundStart = AttemptCount). ErrNotFound if absent; ErrConflict if it is
+	// already pending or its subscription is deleted.
+	DeliveryReplay(ctx context.Context, tenantID, id string, now time.Time) (core.Delivery, error)
+	// DeliveryDue returns up to p.Limit pending deliveries for p.Host that are
+	// due at p.Now and whose subscription is active, ordered by
+	// (next_attempt_at, id), with their events, skipping IDs in p.Exclude. It
+	// also returns the earliest next_attempt_at after p.Now among the host's
+	// pending deliveries of active subscriptions (zero if none), so the caller
+	// knows when to ask again.
+	DeliveryDue(ctx context.Context, p DeliveryDueParams) ([]core.Job, time.Time, error)
+	// DeliveryPendingHosts lists every host with pending deliveries of active
+	// subscriptions on the given shards (nil: all), each with its earliest
+	// next_attempt_at.
+	DeliveryPendingHosts(ctx context.Context, shards []int) ([]HostDue, error)
+	// DeliveryRecordResults writes attempt outcomes in ONE transaction: each
+	// attempt row is inserted, and its delivery is updated only if it is still
+	// pending (a delivery skipped meanwhile stays skipped).
+	DeliveryRecordResults(ctx context.Context, rs []AttemptResult) error
+}
+
+type EventInsert struct {
+	Event      core.Event
+	Deliveries []core.Delivery // fully formed by the caller, Sequence aside
+}
+
+type EventInsertResult struct {
+	EventID   string
+	Duplicate bool
+	// Deliveries as written (with Sequence); nil for a duplicate.
+	Deliveries []core.Delivery
+}
+
+type Page[T any] struct {
+	Data       []T
+	NextCursor string // "" on the last page
+}
+
+type SubscriptionListParams struct {
+	TenantID string
+	Cursor   string // from a previous page's NextCursor
+	Limit    int
+}
+
+type DeliveryListParams struct {
+	TenantID       string // "" for any
+	SubscriptionID string
+	State          core.DeliveryState // "" for any
+	EventType      string             // exact; "" for any
+	Since, Until   time.Time          // on created_at: Since <= t < Until; zero: unbounded
+	Cursor         string
+	Limit          int
+}
+
+type DeliveryDueParams struct {
+	Host    string
+	Now     time.Time
+	Limit   int
+	Exclude []string
+}
+
+type HostDue struct {
+	Host          string
+	NextAttemptAt time.Time
+}
+
+// AttemptResult is one finished attempt and the delivery's state after it.
+type AttemptResult struct {
+	Attempt       core.Attempt
+	State         core.DeliveryState // pending (to retry), delivered or failed
+	NextAttemptAt time.Time          // when State is pending
+	Now           time.Time          // updated_at
+}
