@@ -1,0 +1,65 @@
+package sqlite
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+// BenchmarkEventInsertBatch measures the outbox write: one durable
+// transaction per batch. Run with -benchmem; rows/s counts events+deliveries.
+func BenchmarkEventInsertBatch(b *testing.B) {
+	for _, events := range []int{1, 100} {
+		for _, per := range []int{1, 10} {
+			b.Run(fmt.Sprintf("events=%d/deliveries=%d", events, per), func(b *testing.B) {
+				benchInsert(b, events, per)
+			})
+		}
+	}
+}
+
+func benchInsert(b *testing.B, events, per int) {
+	ctx := b.Context()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now().UTC()
+	subs := make([]core.Subscription, per)
+	for i := range subs {
+		host := fmt.Sprintf("h%d.example:443", i)
+		subs[i] = core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host,
+			Host: host, EventTypes: []string{"*"}, Secret: "whsec_x", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
+		if err := s.SubscriptionCreate(ctx, subs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	payload := []byte(`{"amount":1234,"currency":"eur","customer":"cus_0123456789","description":"a typical small webhook payload"}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		batch := make([]store.EventInsert, events)
+		for i := range batch {
+			e := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "payment.succeeded",
+				Payload: payload, IdempotencyKey: core.NewID("idem"), CreatedAt: now}
+			ds := make([]core.Delivery, per)
+			for j, sub := range subs {
+				ds[j] = core.Delivery{ID: core.NewID("dlv"), EventID: e.ID, SubscriptionID: sub.ID,
+					TenantID: e.TenantID, EventType: e.Type, Host: sub.Host, Shard: core.ShardOf(sub.Host),
+					State: core.DeliveryPending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
+			}
+			batch[i] = store.EventInsert{Event: e, Deliveries: ds}
+		}
+		b.StartTimer()
+		if _, err := s.EventInsertBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*events*(1+per))/b.Elapsed().Seconds(), "rows/s")
+}

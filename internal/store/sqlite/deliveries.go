@@ -1,0 +1,288 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Delivery, []core.Attempt, error) {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return core.Delivery{}, nil, err
+	}
+	defer tx.Rollback()
+	d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries
+		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
+	if err != nil {
+		return core.Delivery{}, nil, mapErr(err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT delivery_id, n, started_at, duration_ns, status_code, error, response
+		FROM attempts WHERE delivery_id = ? ORDER BY n`, id)
+	if err != nil {
+		return core.Delivery{}, nil, err
+	}
+	defer rows.Close()
+	as := []core.Attempt{}
+	for rows.Next() {
+		var a core.Attempt
+		var started, dur int64
+		if err := rows.Scan(&a.DeliveryID, &a.N, &started, &dur, &a.StatusCode, &a.Error, &a.Response); err != nil {
+			return core.Delivery{}, nil, err
+		}
+		a.StartedAt, a.Duration = tm(started), time.Duration(dur)
+		as = append(as, a)
+	}
+	if err := rows.Err(); err != nil {
+		return core.Delivery{}, nil, err
+	}
+	return d, as, nil
+}
+
+func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
+	limit := pageLimit(p.Limit)
+	// Walks the (subscription_id, id) index backwards; IDs sort by creation.
+	q := `SELECT ` + deliveryColumns + ` FROM deliveries WHERE subscription_id = ?`
+	args := []any{p.SubscriptionID}
+	if p.TenantID != "" {
+		q += ` AND tenant_id = ?`
+		args = append(args, p.TenantID)
+	}
+	if p.State != "" {
+		q += ` AND state = ?`
+		args = append(args, string(p.State))
+	}
+	if p.EventType != "" {
+		q += ` AND event_type = ?`
+		args = append(args, p.EventType)
+	}
+	if !p.Since.IsZero() {
+		q += ` AND created_at >= ?`
+		args = append(args, p.Since.UnixNano())
+	}
+	if !p.Until.IsZero() {
+		q += ` AND created_at < ?`
+		args = append(args, p.Until.UnixNano())
+	}
+	if p.Cursor != "" {
+		q += ` AND id < ?`
+		args = append(args, p.Cursor)
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return store.Page[core.Delivery]{}, err
+	}
+	ds, err := collectDeliveries(rows)
+	if err != nil {
+		return store.Page[core.Delivery]{}, err
+	}
+	var page store.Page[core.Delivery]
+	if len(ds) > limit {
+		ds = ds[:limit]
+		page.NextCursor = ds[limit-1].ID
+	}
+	page.Data = ds
+	return page, nil
+}
+
+func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now time.Time) (core.Delivery, error) {
+	var d core.Delivery
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var state core.DeliveryState
+		var host string
+		var deleted sql.NullInt64
+		err := tx.QueryRowContext(ctx, `SELECT d.state, s.host, s.deleted_at FROM deliveries d
+			JOIN subscriptions s ON s.id = d.subscription_id
+			WHERE d.id = ? AND (? = '' OR d.tenant_id = ?)`, id, tenantID, tenantID).Scan(&state, &host, &deleted)
+		if err != nil {
+			return err
+		}
+		if state == core.DeliveryPending || deleted.Valid {
+			return store.ErrConflict
+		}
+		// Back in line under the subscription's current host, which may
+		// have changed since the delivery was last sent.
+		d, err = scanDelivery(tx.QueryRowContext(ctx, `UPDATE deliveries
+			SET state = 'pending', round_start = attempt_count, next_attempt_at = ?, updated_at = ?,
+			host = ?, shard = ?
+			WHERE id = ? RETURNING `+deliveryColumns, ns(now), ns(now), host, core.ShardOf(host), id))
+		return err
+	})
+	if err != nil {
+		return core.Delivery{}, mapErr(err)
+	}
+	return d, nil
+}
+
+// dueQuery and nextDueQuery walk deliveries_host_due from (host, oldest);
+// tests check the plan.
+const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
+	d.state, d.attempt_count, d.round_start, d.next_attempt_at, d.last_status, d.last_error, d.sequence,
+	d.created_at, d.updated_at,
+	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at
+	FROM deliveries d INDEXED BY deliveries_host_due
+	JOIN subscriptions s ON s.id = d.subscription_id
+	JOIN events e ON e.id = d.event_id
+	WHERE d.host = ? AND d.state = 'pending' AND d.next_attempt_at <= ?
+	AND s.state = 'active' AND s.deleted_at IS NULL
+	AND d.id NOT IN (SELECT value FROM json_each(?))
+	ORDER BY d.next_attempt_at, d.id
+	LIMIT ?`
+
+const nextDueQuery = `SELECT d.next_attempt_at
+	FROM deliveries d INDEXED BY deliveries_host_due
+	JOIN subscriptions s ON s.id = d.subscription_id
+	WHERE d.host = ? AND d.state = 'pending' AND d.next_attempt_at > ?
+	AND s.state = 'active' AND s.deleted_at IS NULL
+	ORDER BY d.next_attempt_at
+	LIMIT 1`
+
+// DeliveryDue treats Limit <= 0 as 100. Exclude applies to the jobs only: the
+// next-due time looks past Now, where in-flight work never is.
+func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	// The exclusions travel as one JSON array parameter, so their number is
+	// not limited by SQLite's bound-parameter cap.
+	excl := p.Exclude
+	if excl == nil {
+		excl = []string{}
+	}
+	ex, err := json.Marshal(excl)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer tx.Rollback()
+	now := ns(p.Now)
+	rows, err := tx.QueryContext(ctx, dueQuery, p.Host, now, string(ex), limit)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var next int64
+	err = tx.QueryRowContext(ctx, nextDueQuery, p.Host, now).Scan(&next)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, time.Time{}, err
+	}
+	return jobs, tm(next), nil
+}
+
+func collectJobs(rows *sql.Rows) ([]core.Job, error) {
+	defer rows.Close()
+	jobs := []core.Job{}
+	for rows.Next() {
+		var j core.Job
+		d, e := &j.Delivery, &j.Event
+		var next, c, u, ec int64
+		if err := rows.Scan(&d.ID, &d.EventID, &d.SubscriptionID, &d.TenantID, &d.EventType, &d.Host,
+			&d.Shard, &d.State, &d.AttemptCount, &d.RoundStart, &next, &d.LastStatus, &d.LastError,
+			&d.Sequence, &c, &u,
+			&e.ID, &e.TenantID, &e.Type, &e.Payload, &e.IdempotencyKey, &e.OrderingKey, &ec); err != nil {
+			return nil, err
+		}
+		d.NextAttemptAt, d.CreatedAt, d.UpdatedAt, e.CreatedAt = tm(next), tm(c), tm(u), tm(ec)
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
+
+// pendingHostsQuery skip-scans deliveries_host_due: it hops from one host to
+// the next (an index seek each) and takes each host's earliest active row, so
+// it costs per host, not per pending delivery.
+const pendingHostsQuery = `WITH RECURSIVE hosts(host) AS (
+		SELECT (SELECT min(host) FROM deliveries INDEXED BY deliveries_host_due WHERE state = 'pending')
+		UNION ALL
+		SELECT (SELECT min(host) FROM deliveries INDEXED BY deliveries_host_due
+			WHERE state = 'pending' AND host > hosts.host)
+		FROM hosts WHERE hosts.host IS NOT NULL
+	)
+	SELECT h.host, (SELECT d.next_attempt_at
+		FROM deliveries d INDEXED BY deliveries_host_due
+		JOIN subscriptions s ON s.id = d.subscription_id
+		WHERE d.host = h.host AND d.state = 'pending'
+		AND s.state = 'active' AND s.deleted_at IS NULL
+		AND (?1 IS NULL OR d.shard IN (SELECT value FROM json_each(?1)))
+		ORDER BY d.next_attempt_at LIMIT 1)
+	FROM hosts h WHERE h.host IS NOT NULL`
+
+func (s *Store) DeliveryPendingHosts(ctx context.Context, shards []int) ([]store.HostDue, error) {
+	var filter any // NULL: every shard
+	if shards != nil {
+		b, err := json.Marshal(shards)
+		if err != nil {
+			return nil, err
+		}
+		filter = string(b)
+	}
+	rows, err := s.r.QueryContext(ctx, pendingHostsQuery, filter)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.HostDue{}
+	for rows.Next() {
+		var h store.HostDue
+		var next sql.NullInt64 // NULL: pending rows, none of them active
+		if err := rows.Scan(&h.Host, &next); err != nil {
+			return nil, err
+		}
+		if next.Valid {
+			h.NextAttemptAt = tm(next.Int64)
+			out = append(out, h)
+		}
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		// A result recorded twice (a retried call whose first commit did land)
+		// keeps the first row; attempt_count < n keeps a stale result from
+		// winding a delivery back.
+		insA, err := tx.PrepareContext(ctx, `INSERT INTO attempts
+			(delivery_id, n, started_at, duration_ns, status_code, error, response)
+			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, n) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer insA.Close()
+		upd, err := tx.PrepareContext(ctx, `UPDATE deliveries SET attempt_count = ?, last_status = ?,
+			last_error = ?, state = ?, next_attempt_at = ?, updated_at = ?
+			WHERE id = ? AND state = 'pending' AND attempt_count < ?`)
+		if err != nil {
+			return err
+		}
+		defer upd.Close()
+		for _, r := range rs {
+			a := r.Attempt
+			if _, err := insA.ExecContext(ctx, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration),
+				a.StatusCode, a.Error, a.Response); err != nil {
+				return err
+			}
+			if _, err := upd.ExecContext(ctx, a.N, a.StatusCode, a.Error, string(r.State),
+				ns(r.NextAttemptAt), ns(r.Now), a.DeliveryID, a.N); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}

@@ -1,0 +1,177 @@
+// Package sqlite is hookd's embedded store: one SQLite file in WAL mode with
+// synchronous=FULL, so a nil error from a write means it is on disk.
+//
+// Times are stored as INTEGER unix nanoseconds (UTC), zero time as 0, and come
+// back in UTC with nanosecond precision.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"hookd/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Store implements store.Store. SQLite allows one writer at a time, so writes
+// go through a single connection (they queue in Go instead of fighting over
+// SQLITE_BUSY) and reads through a pool that WAL lets run beside the writer.
+type Store struct {
+	w *sql.DB // exactly one connection; BEGIN IMMEDIATE
+	r *sql.DB // read-only pool
+}
+
+// pragmas are applied by the driver to every new pooled connection.
+const pragmas = "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)"
+
+func dsn(path string, readOnly bool) (string, error) {
+	// The driver cuts its parameters at the first '?', and "file:" would turn
+	// the path into a URI; refuse both rather than open the wrong file.
+	if path == "" || strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
+		return "", fmt.Errorf("sqlite: unsupported database path %q", path)
+	}
+	d := path + "?" + pragmas
+	if readOnly {
+		return d + "&_query_only=1", nil
+	}
+	// IMMEDIATE takes the write lock at BEGIN, so a transaction never fails
+	// half-way on a lock upgrade.
+	return d + "&_txlock=immediate", nil
+}
+
+func openWriter(ctx context.Context, path string) (*sql.DB, error) {
+	d, err := dsn(path, false)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", d)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Open opens (creating if needed) the database file at path and brings its
+// schema up to date.
+func Open(ctx context.Context, path string) (*Store, error) {
+	w, err := openWriter(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	d, _ := dsn(path, true)
+	r, err := sql.Open("sqlite", d)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	if err := r.PingContext(ctx); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return &Store{w: w, r: r}, nil
+}
+
+// Migrate brings the schema of the database at path up to date and closes it.
+func Migrate(ctx context.Context, path string) error {
+	w, err := openWriter(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	return migrate(ctx, w)
+}
+
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// writeTx runs fn in one write transaction and commits it; any error rolls
+// everything back.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// ns converts a time to stored form: unix nanoseconds, 0 for the zero time.
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// tm is the inverse of ns.
+func tm(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// mapErr turns driver errors the interface names into store errors.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%w: %v", store.ErrConflict, err)
+		}
+	}
+	return err
+}
+
+// pageLimit applies the page size rules: 50 by default, at most 100.
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return 50
+	case n > 100:
+		return 100
+	}
+	return n
+}

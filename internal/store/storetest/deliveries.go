@@ -1,0 +1,321 @@
+package storetest
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+func testDeliveryDue(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	const host = "due.example:443"
+	active := f.sub(a.ID, host)
+	paused := f.sub(a.ID, host, func(s *core.Subscription) { s.State = core.SubPaused })
+	elsewhere := f.sub(a.ID, "other.example:443")
+
+	// Written out of due order; two share a due time (then ID decides).
+	late := f.deliver(active, at(-1*time.Second))
+	tieA := f.deliver(active, at(-2*time.Second))
+	tieB := f.deliver(active, at(-2*time.Second))
+	oldest := f.deliver(active, at(-3*time.Second))
+	f.deliver(active, at(10*time.Second))
+	f.deliver(active, at(5*time.Second))
+	f.deliver(paused, at(-10*time.Second)) // due, but its subscription is paused
+	f.deliver(paused, at(time.Second))     // earlier than any active one, still not the next due
+	other := f.deliver(elsewhere, at(-10*time.Second))
+	sent := f.deliver(active, at(-20*time.Second))
+	f.record(sent, 1, 200, core.DeliveryDelivered, time.Time{})
+
+	due := func(p store.DeliveryDueParams) ([]core.Job, time.Time) {
+		t.Helper()
+		jobs, next, err := s.DeliveryDue(f.ctx, p)
+		noErr(t, "DeliveryDue", err)
+		return jobs, next
+	}
+	jobs, next := due(store.DeliveryDueParams{Host: host, Now: at(0), Limit: 10})
+	same(t, "due order", ids(jobs, jobID), []string{oldest.ID, tieA.ID, tieB.ID, late.ID})
+	if !next.Equal(at(5 * time.Second)) {
+		t.Fatalf("next due = %v, want %v", next, at(5*time.Second))
+	}
+	// Each job carries its delivery and its event as stored.
+	d, _ := f.getDelivery(oldest.ID)
+	e, _, err := s.EventGet(f.ctx, "", oldest.EventID)
+	noErr(t, "EventGet", err)
+	same(t, "job", jobs[0], core.Job{Delivery: d, Event: e})
+
+	jobs, _ = due(store.DeliveryDueParams{Host: host, Now: at(0), Limit: 2})
+	same(t, "limited", ids(jobs, jobID), []string{oldest.ID, tieA.ID})
+	jobs, _ = due(store.DeliveryDueParams{Host: host, Now: at(0), Limit: 2, Exclude: []string{oldest.ID, tieB.ID}})
+	same(t, "excluding", ids(jobs, jobID), []string{tieA.ID, late.ID})
+
+	// Due means next_attempt_at <= Now.
+	jobs, next = due(store.DeliveryDueParams{Host: host, Now: at(-2 * time.Second), Limit: 10})
+	same(t, "due at the boundary", ids(jobs, jobID), []string{oldest.ID, tieA.ID, tieB.ID})
+	if !next.Equal(at(-time.Second)) {
+		t.Fatalf("next due = %v, want %v", next, at(-time.Second))
+	}
+
+	jobs, _ = due(store.DeliveryDueParams{Host: "other.example:443", Now: at(0), Limit: 10})
+	same(t, "other host", ids(jobs, jobID), []string{other.ID})
+
+	// Nothing due yet: no jobs, and when to ask again.
+	jobs, next = due(store.DeliveryDueParams{Host: host, Now: at(-time.Hour), Limit: 10})
+	if len(jobs) != 0 || !next.Equal(at(-3*time.Second)) {
+		t.Fatalf("early: %d jobs, next %v; want 0 and %v", len(jobs), next, at(-3*time.Second))
+	}
+	// Nothing pending later: zero time.
+	jobs, next = due(store.DeliveryDueParams{Host: host, Now: at(time.Hour), Limit: 10})
+	if len(jobs) != 6 || !next.IsZero() {
+		t.Fatalf("late: %d jobs, next %v; want 6 and zero", len(jobs), next)
+	}
+	jobs, next = due(store.DeliveryDueParams{Host: "nobody.example:443", Now: at(0), Limit: 10})
+	if len(jobs) != 0 || !next.IsZero() {
+		t.Fatalf("unknown host: %d jobs, next %v", len(jobs), next)
+	}
+}
+
+func testDeliveryPendingHosts(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	h1 := f.sub(a.ID, "h1.example:443")
+	h2 := f.sub(a.ID, "h2.example:443")
+	h3paused := f.sub(a.ID, "h3.example:443", func(s *core.Subscription) { s.State = core.SubPaused })
+	h4 := f.sub(a.ID, "h4.example:443")
+	h1paused := f.sub(a.ID, "h1.example:443", func(s *core.Subscription) { s.State = core.SubPaused })
+
+	// Shards are whatever the caller wrote; pick distinct ones.
+	put := func(sub core.Subscription, shard int, next time.Time) core.Delivery {
+		e := ev(a.ID, "t")
+		in := item(e, next, sub)
+		in.Deliveries[0].Shard = shard
+		return f.insert(in)[0].Deliveries[0]
+	}
+	put(h1, 1, at(30*time.Second))
+	put(h1, 1, at(10*time.Second))
+	put(h1paused, 1, at(time.Second)) // not active: does not count
+	put(h2, 2, at(20*time.Second))
+	put(h3paused, 3, at(0))
+	done := put(h4, 4, at(0)) // delivered: not pending
+	f.record(done, 1, 200, core.DeliveryDelivered, time.Time{})
+
+	hosts := func(shards []int) []store.HostDue {
+		t.Helper()
+		hs, err := s.DeliveryPendingHosts(f.ctx, shards)
+		noErr(t, "DeliveryPendingHosts", err)
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Host < hs[j].Host })
+		return hs
+	}
+	same(t, "all shards", hosts(nil), []store.HostDue{
+		{Host: "h1.example:443", NextAttemptAt: at(10 * time.Second)},
+		{Host: "h2.example:443", NextAttemptAt: at(20 * time.Second)},
+	})
+	same(t, "shard 2", hosts([]int{2, 3, 4}), []store.HostDue{
+		{Host: "h2.example:443", NextAttemptAt: at(20 * time.Second)},
+	})
+	if hs := hosts([]int{99}); len(hs) != 0 {
+		t.Fatalf("empty shard lists hosts %+v", hs)
+	}
+}
+
+func testDeliveryRecordResults(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	sub := f.sub(a.ID, "a.example:443")
+	gone := f.sub(a.ID, "a.example:443")
+	retry, ok, bad := f.deliver(sub, at(0)), f.deliver(sub, at(0)), f.deliver(sub, at(0))
+	skipped := f.deliver(gone, at(0))
+	// In flight when its subscription is disabled: the result must not revive it.
+	g := gone
+	g.State, g.UpdatedAt = core.SubDisabled, at(time.Second)
+	noErr(t, "disable", s.SubscriptionUpdate(f.ctx, g))
+
+	now := at(time.Minute)
+	att := func(d core.Delivery, n, code int, errText, resp string) core.Attempt {
+		return core.Attempt{DeliveryID: d.ID, N: n, StartedAt: at(time.Duration(n) * time.Second),
+			Duration: 1234567 * time.Microsecond, StatusCode: code, Error: errText, Response: resp}
+	}
+	rs := []store.AttemptResult{
+		{Attempt: att(retry, 1, 503, "", "busy, try later"), State: core.DeliveryPending, NextAttemptAt: at(5 * time.Minute), Now: now},
+		{Attempt: att(ok, 1, 204, "", ""), State: core.DeliveryDelivered, Now: now},
+		{Attempt: att(bad, 1, 0, "dial tcp: connection refused", ""), State: core.DeliveryFailed, Now: now},
+		{Attempt: att(skipped, 1, 0, "context deadline exceeded", ""), State: core.DeliveryPending, NextAttemptAt: at(time.Hour), Now: now},
+	}
+	noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, rs))
+
+	check := func(d core.Delivery, state core.DeliveryState, next time.Time, status int, lastErr string, attempts ...core.Attempt) {
+		t.Helper()
+		got, as := f.getDelivery(d.ID)
+		want := d
+		want.State, want.AttemptCount, want.NextAttemptAt = state, len(attempts), next
+		want.LastStatus, want.LastError, want.UpdatedAt = status, lastErr, now
+		same(t, "delivery "+d.ID, got, want)
+		same(t, "attempts of "+d.ID, as, attempts)
+	}
+	check(retry, core.DeliveryPending, at(5*time.Minute), 503, "", rs[0].Attempt)
+	check(ok, core.DeliveryDelivered, time.Time{}, 204, "", rs[1].Attempt)
+	check(bad, core.DeliveryFailed, time.Time{}, 0, "dial tcp: connection refused", rs[2].Attempt)
+	got, as := f.getDelivery(skipped.ID)
+	if got.State != core.DeliverySkipped || got.AttemptCount != 0 || !got.UpdatedAt.Equal(at(time.Second)) {
+		t.Fatalf("skipped delivery was updated: %+v", got)
+	}
+	same(t, "attempt of a skipped delivery", as, []core.Attempt{rs[3].Attempt})
+
+	// The next try, then the last: attempts come back by N.
+	now = at(10 * time.Minute)
+	r2 := att(retry, 2, 500, "", "oops")
+	noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{
+		{Attempt: r2, State: core.DeliveryPending, NextAttemptAt: at(20 * time.Minute), Now: now}}))
+	check(retry, core.DeliveryPending, at(20*time.Minute), 500, "", rs[0].Attempt, r2)
+	now = at(30 * time.Minute)
+	r3 := att(retry, 3, 200, "", "thanks")
+	noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{
+		{Attempt: r3, State: core.DeliveryDelivered, Now: now}}))
+	check(retry, core.DeliveryDelivered, time.Time{}, 200, "", rs[0].Attempt, r2, r3)
+
+	// One transaction: a result for a missing delivery fails the call and
+	// writes none of it.
+	p := f.deliver(sub, at(0))
+	err := s.DeliveryRecordResults(f.ctx, []store.AttemptResult{
+		{Attempt: att(p, 1, 500, "", ""), State: core.DeliveryPending, NextAttemptAt: at(time.Hour), Now: now},
+		{Attempt: core.Attempt{DeliveryID: "dlv_missing", N: 1, StartedAt: now}, State: core.DeliveryFailed, Now: now},
+	})
+	if err == nil {
+		t.Fatal("a result for a missing delivery was accepted")
+	}
+	got, as = f.getDelivery(p.ID)
+	if got.State != core.DeliveryPending || got.AttemptCount != 0 || len(as) != 0 {
+		t.Fatalf("failed call left %+v with %d attempts", got, len(as))
+	}
+}
+
+func testDeliveryReplay(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	sub := f.sub(a.ID, "a.example:443")
+	failed, delivered, pending := f.deliver(sub, at(0)), f.deliver(sub, at(0)), f.deliver(sub, at(0))
+	f.record(failed, 1, 500, core.DeliveryPending, at(time.Minute))
+	f.record(failed, 2, 404, core.DeliveryFailed, time.Time{})
+	f.record(delivered, 1, 200, core.DeliveryDelivered, time.Time{})
+
+	now := at(time.Hour)
+	for _, d := range []core.Delivery{failed, delivered} {
+		before, _ := f.getDelivery(d.ID)
+		got, err := s.DeliveryReplay(f.ctx, a.ID, d.ID, now)
+		noErr(t, "DeliveryReplay", err)
+		want := before
+		want.State, want.RoundStart, want.NextAttemptAt, want.UpdatedAt = core.DeliveryPending, before.AttemptCount, now, now
+		same(t, "replayed delivery", got, want)
+		stored, _ := f.getDelivery(d.ID)
+		same(t, "stored replayed delivery", stored, want)
+	}
+	if d, _ := f.getDelivery(failed.ID); d.RoundStart != 2 || d.AttemptCount != 2 {
+		t.Fatalf("replayed failed delivery: round start %d, attempts %d; want 2, 2", d.RoundStart, d.AttemptCount)
+	}
+	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: sub.Host, Now: now, Limit: 10})
+	noErr(t, "DeliveryDue", err)
+	same(t, "due after replay", ids(jobs, jobID), []string{pending.ID, failed.ID, delivered.ID})
+
+	_, err = s.DeliveryReplay(f.ctx, a.ID, pending.ID, now)
+	wantErr(t, "DeliveryReplay(pending)", err, store.ErrConflict)
+	_, err = s.DeliveryReplay(f.ctx, b.ID, failed.ID, now)
+	wantErr(t, "DeliveryReplay(other tenant)", err, store.ErrNotFound)
+	_, err = s.DeliveryReplay(f.ctx, "", "dlv_missing", now)
+	wantErr(t, "DeliveryReplay(missing)", err, store.ErrNotFound)
+
+	// Skipped by a disable: replayable (it waits until the subscription is active).
+	dis := f.sub(a.ID, "b.example:443")
+	sk := f.deliver(dis, at(0))
+	d2 := dis
+	d2.State = core.SubDisabled
+	noErr(t, "disable", s.SubscriptionUpdate(f.ctx, d2))
+	got, err := s.DeliveryReplay(f.ctx, "", sk.ID, now)
+	noErr(t, "DeliveryReplay(skipped)", err)
+	if got.State != core.DeliveryPending || !got.NextAttemptAt.Equal(now) {
+		t.Fatalf("replayed skipped delivery: %+v", got)
+	}
+
+	// Skipped by a delete: the subscription is gone, nothing to replay to.
+	del := f.sub(a.ID, "c.example:443")
+	dd := f.deliver(del, at(0))
+	noErr(t, "SubscriptionDelete", s.SubscriptionDelete(f.ctx, a.ID, del.ID, now))
+	_, err = s.DeliveryReplay(f.ctx, a.ID, dd.ID, now)
+	wantErr(t, "DeliveryReplay(deleted subscription)", err, store.ErrConflict)
+	if st := f.state(dd.ID); st != core.DeliverySkipped {
+		t.Fatalf("refused replay changed state to %s", st)
+	}
+}
+
+func testDeliveryList(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	sub := f.sub(a.ID, "a.example:443")
+	noise := f.sub(a.ID, "a.example:443")
+	// Ten deliveries a minute apart, alternating types; the odd ones delivered.
+	var all []core.Delivery
+	for i := 0; i < 10; i++ {
+		typ := "payment.succeeded"
+		if i%2 == 1 {
+			typ = "invoice.paid"
+		}
+		e := ev(a.ID, typ, func(e *core.Event) { e.CreatedAt = at(time.Duration(i) * time.Minute) })
+		d := f.insert(item(e, at(0), sub, noise))[0].Deliveries[0]
+		if i%2 == 1 {
+			f.record(d, 1, 200, core.DeliveryDelivered, time.Time{})
+		}
+		all = append(all, d)
+	}
+	newest := func(idx ...int) []string {
+		var out []string
+		for i := len(idx) - 1; i >= 0; i-- {
+			out = append(out, all[idx[i]].ID)
+		}
+		return out
+	}
+	list := func(p store.DeliveryListParams) []string {
+		t.Helper()
+		p.SubscriptionID = sub.ID
+		page, err := s.DeliveryList(f.ctx, p)
+		noErr(t, "DeliveryList", err)
+		if page.NextCursor != "" {
+			t.Fatalf("unexpected second page")
+		}
+		return ids(page.Data, dlvID)
+	}
+	same(t, "everything", list(store.DeliveryListParams{}), newest(0, 1, 2, 3, 4, 5, 6, 7, 8, 9))
+	same(t, "delivered", list(store.DeliveryListParams{State: core.DeliveryDelivered}), newest(1, 3, 5, 7, 9))
+	same(t, "pending payments", list(store.DeliveryListParams{State: core.DeliveryPending, EventType: "payment.succeeded"}), newest(0, 2, 4, 6, 8))
+	same(t, "invoices", list(store.DeliveryListParams{EventType: "invoice.paid"}), newest(1, 3, 5, 7, 9))
+	same(t, "since <= t < until", list(store.DeliveryListParams{Since: at(2 * time.Minute), Until: at(5 * time.Minute)}), newest(2, 3, 4))
+	same(t, "since", list(store.DeliveryListParams{Since: at(8 * time.Minute)}), newest(8, 9))
+	same(t, "until", list(store.DeliveryListParams{Until: at(time.Minute)}), newest(0))
+	same(t, "own tenant", list(store.DeliveryListParams{TenantID: a.ID, State: core.DeliveryFailed}), []string(nil))
+	if got := list(store.DeliveryListParams{TenantID: b.ID}); len(got) != 0 {
+		t.Fatalf("other tenant lists %v", got)
+	}
+
+	// Newest first across pages, with filters held.
+	var got []string
+	var sizes []int
+	p := store.DeliveryListParams{SubscriptionID: sub.ID, TenantID: a.ID, State: core.DeliveryPending, Limit: 2}
+	for {
+		page, err := s.DeliveryList(f.ctx, p)
+		noErr(t, "DeliveryList", err)
+		got = append(got, ids(page.Data, dlvID)...)
+		sizes = append(sizes, len(page.Data))
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	same(t, "paged pending", got, newest(0, 2, 4, 6, 8))
+	same(t, "page sizes", sizes, []int{2, 2, 1})
+
+	// The full record comes back, not just the ID.
+	page, err := s.DeliveryList(f.ctx, store.DeliveryListParams{SubscriptionID: sub.ID, Limit: 1, Cursor: all[1].ID})
+	noErr(t, "DeliveryList", err)
+	same(t, "listed delivery", page.Data, []core.Delivery{all[0]})
+}
