@@ -42,8 +42,10 @@ type Store interface {
 	// matching index is built from it at start.
 	SubscriptionListAll(ctx context.Context) ([]core.Subscription, error)
 	// SubscriptionUpdate overwrites the mutable fields of a live subscription
-	// (everything but ID, TenantID, CreatedAt). If s.State is disabled, its
-	// pending deliveries become skipped in the same transaction.
+	// (everything but ID, TenantID, CreatedAt), scoped to s.TenantID ("" any).
+	// In the same transaction: if s.State is disabled, its pending deliveries
+	// become skipped; if s.Host changed, its pending deliveries move to the new
+	// host and shard (admission must count them where they are sent).
 	// ErrNotFound if absent or deleted.
 	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for
@@ -83,8 +85,10 @@ type Store interface {
 	// next_attempt_at.
 	DeliveryPendingHosts(ctx context.Context, shards []int) ([]HostDue, error)
 	// DeliveryRecordResults writes attempt outcomes in ONE transaction: each
-	// attempt row is inserted, and its delivery is updated only if it is still
-	// pending (a delivery skipped meanwhile stays skipped).
+	// attempt row is inserted (a repeat of the same delivery and N is
+	// ignored), and its delivery is updated only if it is still pending and
+	// its attempt_count is below N (a delivery skipped meanwhile stays
+	// skipped; a stale result never winds a delivery back).
 	DeliveryRecordResults(ctx context.Context, rs []AttemptResult) error
 }
 

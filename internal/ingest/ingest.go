@@ -1,0 +1,187 @@
+// Package ingest turns accepted events into the outbox: each event and all
+// its deliveries are written in one durable transaction, and concurrent
+// requests share that transaction (group commit) so throughput is not one
+// fsync per request.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+	"hookd/internal/subs"
+)
+
+// maxBatch bounds one group commit: large enough to amortise the fsync,
+// small enough to keep one transaction short.
+const maxBatch = 256
+
+// ErrClosed answers submissions after Close.
+var ErrClosed = errors.New("ingest: closed")
+
+type Result struct {
+	EventID   string
+	Duplicate bool
+}
+
+type request struct {
+	ev    core.Event
+	reply chan reply
+}
+
+type reply struct {
+	res Result
+	err error
+}
+
+// Ingester runs the group-commit loop. Notify (the dispatcher's hand-off)
+// receives every committed pending delivery right after its commit.
+type Ingester struct {
+	store  store.Store
+	subs   *subs.Registry
+	notify func([]core.Job)
+
+	in        chan request
+	closeOnce sync.Once
+	quit      chan struct{}
+	done      chan struct{}
+}
+
+func New(st store.Store, reg *subs.Registry, notify func([]core.Job)) *Ingester {
+	in := &Ingester{
+		store: st, subs: reg, notify: notify,
+		in:   make(chan request, maxBatch*4),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go in.loop()
+	return in
+}
+
+// Submit writes ev (validated by the caller; ID, CreatedAt set here) with a
+// delivery for every matching subscription. It returns once the transaction
+// is durable, or with an error, in which case nothing of it was written.
+func (in *Ingester) Submit(ctx context.Context, ev core.Event) (Result, error) {
+	r := request{ev: ev, reply: make(chan reply, 1)}
+	select {
+	case in.in <- r:
+	case <-in.quit:
+		return Result{}, ErrClosed
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	// Once queued the commit goes ahead; waiting for it is the caller's choice.
+	select {
+	case rep := <-r.reply:
+		return rep.res, rep.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// Close commits what is queued and stops the loop.
+func (in *Ingester) Close() {
+	in.closeOnce.Do(func() { close(in.quit) })
+	<-in.done
+}
+
+func (in *Ingester) loop() {
+	defer close(in.done)
+	batch := make([]request, 0, maxBatch)
+	for {
+		select {
+		case r := <-in.in:
+			batch = append(batch[:0], r)
+		case <-in.quit:
+			// Drain: whoever got into the queue gets an answer.
+			for {
+				select {
+				case r := <-in.in:
+					in.commit([]request{r})
+				default:
+					return
+				}
+			}
+		}
+		// Whatever queued while the last commit ran joins this one.
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-in.in:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		in.commit(batch)
+	}
+}
+
+func (in *Ingester) commit(batch []request) {
+	now := time.Now().UTC()
+	inserts := make([]store.EventInsert, len(batch))
+	for i, r := range batch {
+		ev := r.ev
+		ev.ID = core.NewID("evt")
+		ev.CreatedAt = now
+		inserts[i] = store.EventInsert{Event: ev, Deliveries: in.fanOut(ev, now)}
+	}
+	// The commit outlives any one caller: it is shared by the whole batch.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	results, err := in.store.EventInsertBatch(ctx, inserts)
+	cancel()
+	if err != nil {
+		if len(batch) > 1 {
+			// One bad event must not fail its neighbours: retry them alone.
+			for _, r := range batch {
+				in.commit([]request{r})
+			}
+			return
+		}
+		batch[0].reply <- reply{err: err}
+		return
+	}
+	var jobs []core.Job
+	for i, r := range batch {
+		res := results[i]
+		r.reply <- reply{res: Result{EventID: res.EventID, Duplicate: res.Duplicate}}
+		for _, d := range res.Deliveries {
+			if d.State == core.DeliveryPending {
+				jobs = append(jobs, core.Job{Delivery: d, Event: inserts[i].Event})
+			}
+		}
+	}
+	if len(jobs) > 0 && in.notify != nil {
+		in.notify(jobs)
+	}
+}
+
+// fanOut makes one delivery per matching subscription. A disabled
+// subscription's delivery is written skipped, so it can be replayed later.
+func (in *Ingester) fanOut(ev core.Event, now time.Time) []core.Delivery {
+	matched := in.subs.Match(ev.TenantID, ev.Type)
+	out := make([]core.Delivery, 0, len(matched))
+	for _, s := range matched {
+		state := core.DeliveryPending
+		if s.State == core.SubDisabled {
+			state = core.DeliverySkipped
+		}
+		out = append(out, core.Delivery{
+			ID:             core.NewID("dlv"),
+			EventID:        ev.ID,
+			SubscriptionID: s.ID,
+			TenantID:       ev.TenantID,
+			EventType:      ev.Type,
+			Host:           s.Host,
+			Shard:          core.ShardOf(s.Host),
+			State:          state,
+			NextAttemptAt:  now,
+			CreatedAt:      now,
+			UpdatedAt:      now,
+		})
+	}
+	return out
+}
