@@ -1,0 +1,40 @@
+package send
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"hookd/internal/core"
+)
+
+// Body returns the JSON envelope POSTed for job. The payload is embedded
+// byte for byte (json.Marshal would compact and re-escape it).
+func Body(job *core.Job) []byte {
+	ev := &job.Event
+	data := ev.Payload
+	if len(data) == 0 {
+		data = []byte("null")
+	}
+	b := make([]byte, 0, len(data)+len(ev.ID)+len(ev.Type)+128)
+	b = append(b, `{"id":`...)
+	b = appendString(b, ev.ID)
+	b = append(b, `,"type":`...)
+	b = appendString(b, ev.Type)
+	b = append(b, `,"timestamp":`...)
+	b = appendString(b, ev.CreatedAt.UTC().Format(time.RFC3339))
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	if seq := job.Delivery.Sequence; seq > 0 {
+		b = append(b, `,"sequence":`...)
+		b = strconv.AppendInt(b, seq, 10)
+		b = append(b, `,"ordering_key":`...)
+		b = appendString(b, ev.OrderingKey)
+	}
+	return append(b, '}')
+}
+
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}

@@ -1,0 +1,103 @@
+package send
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"hookd/internal/core"
+)
+
+// Class is what the dispatcher should do after an attempt.
+type Class int
+
+const (
+	Delivered Class = iota // 2xx: done
+	Retry                  // transient: try again per the schedule
+	Fail                   // permanent: fail the delivery now
+	Gone                   // 410: fail the delivery and disable the subscription
+)
+
+func (c Class) String() string {
+	switch c {
+	case Delivered:
+		return "delivered"
+	case Retry:
+		return "retry"
+	case Fail:
+		return "fail"
+	case Gone:
+		return "gone"
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Outcome is one attempt's result, ready to be stored as a core.Attempt.
+type Outcome struct {
+	Class      Class
+	StatusCode int    // 0 when there was no HTTP answer
+	Err        string // short and human; empty on an HTTP answer
+	StartedAt  time.Time
+	Duration   time.Duration
+	Response   string        // first core.MaxResponseHead bytes of the answer body, valid UTF-8
+	RetryAfter time.Duration // from a Retry-After header, capped at core.MaxRetryAfter; 0 if none
+}
+
+// classify maps an HTTP status to a Class per DESIGN.md "Sending".
+func classify(code int, sub *core.Subscription) Class {
+	switch {
+	case code >= 200 && code <= 299:
+		return Delivered
+	case code == 408 || code == 425 || code == 429 || code >= 500:
+		return Retry
+	case slices.Contains(sub.RetryStatusCodes, code):
+		// The subscriber asked to retry this code (even 410).
+		return Retry
+	case code == http.StatusGone:
+		return Gone
+	}
+	return Fail
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP-date relative to now.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs > int64(core.MaxRetryAfter/time.Second) {
+			return core.MaxRetryAfter
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), core.MaxRetryAfter)
+}
+
+// responseText makes a stored response head safe for any store: valid
+// UTF-8, no NULs (PostgreSQL text rejects both), at most MaxResponseHead bytes.
+func responseText(b []byte) string {
+	// A rune cut in half by the read limit is dropped, not mangled.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				b = b[:i]
+			}
+			break
+		}
+	}
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	for len(s) > core.MaxResponseHead {
+		// Replacements can grow the text; cut back on a rune boundary.
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}

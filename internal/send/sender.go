@@ -1,0 +1,134 @@
+package send
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/webhook"
+)
+
+const (
+	dialTimeout = 10 * time.Second
+	// drainLimit bounds how much of an unread answer we discard so the
+	// connection can be reused; beyond it, closing is cheaper.
+	drainLimit = 64 << 10
+)
+
+// Config configures a Sender.
+type Config struct {
+	Guard     *Guard // nil: NewGuard(nil), everything internal blocked
+	UserAgent string // e.g. "hookd/1.2.3"; empty: "hookd"
+}
+
+// Sender POSTs signed deliveries. It is safe for concurrent use and keeps
+// connections to endpoints alive between attempts.
+type Sender struct {
+	client    *http.Client
+	transport *http.Transport
+	guard     *Guard
+	userAgent string
+}
+
+// New returns a Sender whose every dial is checked by cfg.Guard.
+func New(cfg Config) *Sender {
+	guard := cfg.Guard
+	if guard == nil {
+		guard = NewGuard(nil)
+	}
+	ua := cfg.UserAgent
+	if ua == "" {
+		ua = "hookd"
+	}
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second, Control: guard.Control}
+	tr := &http.Transport{
+		// Never a proxy from the environment: the proxy, not us, would pick
+		// the address dialled, bypassing the guard.
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxIdleConns:           4096, // many endpoints, a few warm connections each
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10, // endpoints are untrusted
+	}
+	return &Sender{
+		transport: tr,
+		guard:     guard,
+		userAgent: ua,
+		client: &http.Client{
+			Transport: tr,
+			// A redirect would let an endpoint choose a new target (and the
+			// design says never follow them); the 3xx is the answer.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+}
+
+// CloseIdleConnections releases pooled connections, e.g. at shutdown.
+func (s *Sender) CloseIdleConnections() { s.transport.CloseIdleConnections() }
+
+// Send makes one attempt to deliver job to sub. now is the attempt's
+// time on the caller's clock: it picks the signing secrets, sets
+// webhook-timestamp and StartedAt; Duration is measured on the real clock.
+func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job, now time.Time) (out Outcome) {
+	out.StartedAt = now
+	start := time.Now()
+	defer func() { out.Duration = time.Since(start) }()
+
+	body := Body(job)
+	secrets := sub.Secrets(now)
+	sigs := make([]string, 0, len(secrets))
+	for _, secret := range secrets {
+		sig, err := webhook.Sign(secret, job.Event.ID, now, body)
+		if err != nil {
+			out.Class, out.Err = Fail, "subscription secret is malformed"
+			return out
+		}
+		sigs = append(sigs, sig)
+	}
+
+	timeout := sub.SendTimeout()
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, sub.URL, bytes.NewReader(body))
+	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
+		out.Class, out.Err = Fail, "invalid endpoint URL"
+		return out
+	}
+	// IP literals are judged here too: inet_aton spellings like 127.1 may
+	// never reach the dialer (Go's resolver calls them unknown hosts).
+	if err := s.guard.CheckHost(req.URL.Hostname()); err != nil {
+		out.Class, out.Err = Fail, err.Error()
+		return out
+	}
+	req.Header.Set("webhook-id", job.Event.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set("webhook-signature", strings.Join(sigs, " "))
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("user-agent", s.userAgent)
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		out.Class, out.Err = classifyErr(ctx, actx, err, timeout)
+		return out
+	}
+	defer resp.Body.Close()
+	out.StatusCode = resp.StatusCode
+	out.Class = classify(resp.StatusCode, sub)
+	out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now.Add(time.Since(start)))
+	// The status is the answer; a body that stalls or breaks only shortens the head.
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, core.MaxResponseHead))
+	out.Response = responseText(head)
+	io.CopyN(io.Discard, resp.Body, drainLimit)
+	return out
+}

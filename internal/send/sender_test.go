@@ -1,0 +1,365 @@
+package send
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/webhook"
+)
+
+const (
+	testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	oldSecret  = "whsec_c2VjcmV0LXRoYXQtd2FzLXJvdGF0ZWQtb3V0"
+)
+
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
+func testJob() *core.Job {
+	return &core.Job{
+		Delivery: core.Delivery{ID: "dlv_1", EventID: "evt_01HX"},
+		Event: core.Event{
+			ID:        "evt_01HX",
+			Type:      "payment.succeeded",
+			Payload:   []byte(`{"amount": 4200, "note": "<b>&</b>"}`),
+			CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123, time.FixedZone("CEST", 2*3600)),
+		},
+	}
+}
+
+func testSub(url string) *core.Subscription {
+	return &core.Subscription{ID: "sub_1", URL: url, Secret: testSecret, Timeout: 5 * time.Second}
+}
+
+// independentSig computes the expected signature without the webhook package.
+func independentSig(t *testing.T, secret, id string, ts int64, body []byte) string {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%s.%d.%s", id, ts, body)
+	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+type captured struct {
+	header http.Header
+	body   []byte
+}
+
+// recorder answers 200 and hands each request to the test.
+func recorder(t *testing.T) (*httptest.Server, chan captured) {
+	got := make(chan captured, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- captured{r.Header.Clone(), b}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+func TestSendHeadersAndSignature(t *testing.T) {
+	srv, got := recorder(t)
+	s := New(Config{Guard: NewGuard(loopback), UserAgent: "hookd/test"})
+	now := time.Unix(1_714_000_000, 0)
+	out := s.Send(context.Background(), testSub(srv.URL+"/hook?x=1"), testJob(), now)
+	if out.Class != Delivered || out.StatusCode != 200 || out.Err != "" || out.Response != "ok" {
+		t.Fatalf("outcome = %+v, want delivered 200 \"ok\"", out)
+	}
+	if !out.StartedAt.Equal(now) || out.Duration <= 0 {
+		t.Errorf("StartedAt %v Duration %v", out.StartedAt, out.Duration)
+	}
+	c := <-got
+	wantBody := `{"id":"evt_01HX","type":"payment.succeeded","timestamp":"2024-05-06T05:08:09Z","data":{"amount": 4200, "note": "<b>&</b>"}}`
+	if string(c.body) != wantBody {
+		t.Errorf("body:\n got %s\nwant %s", c.body, wantBody)
+	}
+	for k, want := range map[string]string{
+		"Webhook-Id":        "evt_01HX",
+		"Webhook-Timestamp": "1714000000",
+		"Webhook-Signature": independentSig(t, testSecret, "evt_01HX", 1_714_000_000, c.body),
+		"Content-Type":      "application/json",
+		"User-Agent":        "hookd/test",
+	} {
+		if v := c.header.Values(k); len(v) != 1 || v[0] != want {
+			t.Errorf("header %s = %q, want %q", k, v, want)
+		}
+	}
+	if err := webhook.Verify(testSecret, c.header, c.body, now.Add(time.Minute), webhook.DefaultTolerance); err != nil {
+		t.Errorf("webhook.Verify: %v", err)
+	}
+}
+
+func TestSendRotationSignsWithBothSecrets(t *testing.T) {
+	srv, got := recorder(t)
+	s := New(Config{Guard: NewGuard(loopback)})
+	now := time.Unix(1_714_000_000, 0)
+	sub := testSub(srv.URL)
+	sub.PrevSecret, sub.PrevSecretExpiresAt = oldSecret, now.Add(time.Hour)
+
+	if out := s.Send(context.Background(), sub, testJob(), now); out.Class != Delivered {
+		t.Fatalf("outcome = %+v", out)
+	}
+	c := <-got
+	want := independentSig(t, testSecret, "evt_01HX", now.Unix(), c.body) + " " + independentSig(t, oldSecret, "evt_01HX", now.Unix(), c.body)
+	if sig := c.header.Get("webhook-signature"); sig != want {
+		t.Errorf("signature = %q, want %q", sig, want)
+	}
+	for _, secret := range []string{testSecret, oldSecret} {
+		if err := webhook.Verify(secret, c.header, c.body, now, 0); err != nil {
+			t.Errorf("Verify with %s: %v", secret, err)
+		}
+	}
+
+	// After the grace period only the current secret signs, with a fresh timestamp.
+	later := now.Add(2 * time.Hour)
+	s.Send(context.Background(), sub, testJob(), later)
+	c = <-got
+	if sig := c.header.Get("webhook-signature"); sig != independentSig(t, testSecret, "evt_01HX", later.Unix(), c.body) {
+		t.Errorf("after expiry signature = %q", sig)
+	}
+	if err := webhook.Verify(oldSecret, c.header, c.body, later, 0); err == nil {
+		t.Error("expired secret still verifies")
+	}
+}
+
+func TestBody(t *testing.T) {
+	job := testJob()
+	job.Event.Payload = []byte("[1,\n 2]")
+	job.Event.OrderingKey = "cus_42"
+	job.Delivery.Sequence = 7
+	want := `{"id":"evt_01HX","type":"payment.succeeded","timestamp":"2024-05-06T05:08:09Z","data":[1,` + "\n" + ` 2],"sequence":7,"ordering_key":"cus_42"}`
+	if got := string(Body(job)); got != want {
+		t.Errorf("Body:\n got %s\nwant %s", got, want)
+	}
+	job.Event.Payload = nil
+	job.Delivery.Sequence = 0
+	if got := string(Body(job)); !strings.HasSuffix(got, `"data":null}`) {
+		t.Errorf("Body with no payload = %s", got)
+	}
+}
+
+func TestClassification(t *testing.T) {
+	var redirected atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { redirected.Add(1) }))
+	defer target.Close()
+	date := time.Now().Add(2 * time.Minute).UTC().Format(http.TimeFormat)
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		if ra := r.URL.Query().Get("retry_after"); ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
+		if code/100 == 3 {
+			w.Header().Set("Location", target.URL+"/elsewhere")
+		}
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "answer %d", code)
+	}))
+	defer srv.Close()
+
+	tests := []struct {
+		path       string
+		retryCodes []int
+		class      Class
+		retryAfter time.Duration // exact unless dated
+		dated      bool
+	}{
+		{path: "/200", class: Delivered},
+		{path: "/204", class: Delivered},
+		{path: "/299", class: Delivered},
+		{path: "/301", class: Fail},
+		{path: "/302", class: Fail},
+		{path: "/307", class: Fail},
+		{path: "/400", class: Fail},
+		{path: "/401", class: Fail},
+		{path: "/403", class: Fail},
+		{path: "/403", retryCodes: []int{403}, class: Retry},
+		{path: "/404", class: Fail},
+		{path: "/408", class: Retry},
+		{path: "/410", class: Gone},
+		{path: "/422", class: Fail},
+		{path: "/425", class: Retry},
+		{path: "/429?retry_after=30", class: Retry, retryAfter: 30 * time.Second},
+		{path: "/429?retry_after=" + strings.ReplaceAll(date, " ", "%20"), class: Retry, retryAfter: 2 * time.Minute, dated: true},
+		{path: "/429?retry_after=86400", class: Retry, retryAfter: core.MaxRetryAfter},
+		{path: "/429?retry_after=-3", class: Retry, retryAfter: 0},
+		{path: "/500", class: Retry},
+		{path: "/503?retry_after=120", class: Retry, retryAfter: 2 * time.Minute},
+		{path: "/200?retry_after=5", class: Delivered, retryAfter: 5 * time.Second},
+	}
+	s := New(Config{Guard: NewGuard(loopback)})
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			sub := testSub(srv.URL + tt.path)
+			sub.RetryStatusCodes = tt.retryCodes
+			out := s.Send(context.Background(), sub, testJob(), time.Now())
+			code, _ := strconv.Atoi(strings.Trim(strings.SplitN(tt.path, "?", 2)[0], "/"))
+			if out.Class != tt.class || out.StatusCode != code || out.Err != "" {
+				t.Fatalf("outcome = %+v, want class %v status %d", out, tt.class, code)
+			}
+			if code != 204 && out.Response != fmt.Sprintf("answer %d", code) {
+				t.Errorf("response = %q", out.Response)
+			}
+			if tt.dated {
+				// HTTP-dates have whole seconds: allow the truncation and test time.
+				if out.RetryAfter <= tt.retryAfter-5*time.Second || out.RetryAfter > tt.retryAfter {
+					t.Errorf("RetryAfter = %v, want about %v", out.RetryAfter, tt.retryAfter)
+				}
+			} else if out.RetryAfter != tt.retryAfter {
+				t.Errorf("RetryAfter = %v, want %v", out.RetryAfter, tt.retryAfter)
+			}
+		})
+	}
+	if n := redirected.Load(); n != 0 {
+		t.Errorf("redirect target received %d requests, want 0", n)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"":                              0,
+		"0":                             0,
+		" 17 ":                          17 * time.Second,
+		"-1":                            0,
+		"3601":                          core.MaxRetryAfter,
+		"99999999999999999999":          0, // not a number we can read: ignored
+		"soon":                          0,
+		"Mon, 01 Jan 2024 12:10:00 GMT": 10 * time.Minute,
+		"Mon, 01 Jan 2024 11:00:00 GMT": 0,
+		"Tue, 02 Jan 2024 12:00:00 GMT": core.MaxRetryAfter,
+	} {
+		if got := parseRetryAfter(in, now); got != want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestSendTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)   // the server notices a client hang-up only once the body is read
+		<-r.Context().Done() // never answers; ends when the client gives up
+	}))
+	defer srv.Close()
+	sub := testSub(srv.URL)
+	sub.Timeout = 200 * time.Millisecond
+	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), sub, testJob(), time.Now())
+	if out.Class != Retry || out.StatusCode != 0 || out.Err != "timeout after 200ms" {
+		t.Fatalf("outcome = %+v, want retry \"timeout after 200ms\"", out)
+	}
+	if out.Duration < 200*time.Millisecond {
+		t.Errorf("Duration = %v, want at least the timeout", out.Duration)
+	}
+}
+
+func TestSendParentCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		cancel()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	out := New(Config{Guard: NewGuard(loopback)}).Send(ctx, testSub(srv.URL), testJob(), time.Now())
+	if out.Class != Retry || out.Err != "canceled before an answer" {
+		t.Fatalf("outcome = %+v", out)
+	}
+}
+
+func TestSendConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), testSub("http://"+addr), testJob(), time.Now())
+	if out.Class != Retry || out.Err != "connection refused" {
+		t.Fatalf("outcome = %+v, want retry \"connection refused\"", out)
+	}
+}
+
+func TestSendClosedWithoutAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	}))
+	defer srv.Close()
+	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), testSub(srv.URL), testJob(), time.Now())
+	if out.Class != Retry || out.Err != "connection closed before an answer" {
+		t.Fatalf("outcome = %+v", out)
+	}
+}
+
+func TestSendInvalidURL(t *testing.T) {
+	s := New(Config{Guard: NewGuard(loopback)})
+	for _, u := range []string{"ftp://127.0.0.1/x", "://nope", ""} {
+		if out := s.Send(context.Background(), testSub(u), testJob(), time.Now()); out.Class != Fail || out.Err != "invalid endpoint URL" {
+			t.Errorf("URL %q: outcome = %+v", u, out)
+		}
+	}
+	sub := testSub("http://127.0.0.1:1")
+	sub.Secret = "not-a-secret"
+	if out := s.Send(context.Background(), sub, testJob(), time.Now()); out.Class != Fail {
+		t.Errorf("bad secret: outcome = %+v", out)
+	}
+}
+
+func TestResponseHeadTruncated(t *testing.T) {
+	// 1 + 2n bytes: the 1 KiB cut falls inside a two-byte rune.
+	long := "a" + strings.Repeat("é", 4000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, long)
+	}))
+	defer srv.Close()
+	s := New(Config{Guard: NewGuard(loopback)})
+	out := s.Send(context.Background(), testSub(srv.URL), testJob(), time.Now())
+	if out.Class != Retry || out.StatusCode != 500 {
+		t.Fatalf("outcome = %+v", out)
+	}
+	if len(out.Response) != core.MaxResponseHead-1 || out.Response != long[:core.MaxResponseHead-1] {
+		t.Errorf("response head: %d bytes, want the first %d", len(out.Response), core.MaxResponseHead-1)
+	}
+}
+
+func TestResponseText(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":            "plain",
+		"nul\x00byte":      "nul\uFFFDbyte",
+		"bad\xff\xfebytes": "bad\uFFFDbytes",
+		"cut\xe2\x82":      "cut", // € split by the read limit
+	} {
+		if got := responseText([]byte(in)); got != want {
+			t.Errorf("responseText(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// Replacement characters must not push the text past the limit.
+	if got := responseText([]byte(strings.Repeat("\x00", core.MaxResponseHead))); len(got) > core.MaxResponseHead {
+		t.Errorf("responseText grew to %d bytes", len(got))
+	}
+}
+
+func TestClassString(t *testing.T) {
+	for c, want := range map[Class]string{Delivered: "delivered", Retry: "retry", Fail: "fail", Gone: "gone", Class(9): "Class(9)"} {
+		if c.String() != want {
+			t.Errorf("%d.String() = %q, want %q", int(c), c.String(), want)
+		}
+	}
+}
