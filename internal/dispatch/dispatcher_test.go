@@ -1,0 +1,209 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/send"
+	"hookd/internal/store"
+	"hookd/internal/store/sqlite"
+	"hookd/internal/subs"
+	"hookd/internal/testenv"
+)
+
+// senderFunc lets a test play the endpoints in memory.
+type senderFunc func(ctx context.Context, sub *core.Subscription, job *core.Job) send.Outcome
+
+func (f senderFunc) Send(ctx context.Context, sub *core.Subscription, job *core.Job, now time.Time) send.Outcome {
+	out := f(ctx, sub, job)
+	out.StartedAt = now
+	return out
+}
+
+type bundle struct {
+	store store.Store
+	subs  *subs.Registry
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hookd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &bundle{store: st, subs: subs.New(nil)}
+}
+
+func (b *bundle) subscription(t *testing.T, host string) core.Subscription {
+	t.Helper()
+	s := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "http://" + host + "/",
+		Host: host, EventTypes: []string{"*"}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		RetrySchedule: []time.Duration{time.Second}, State: core.SubActive,
+		CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()}
+	if err := b.store.SubscriptionCreate(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	b.subs.Put(s)
+	return s
+}
+
+// pending writes n pending deliveries for sub straight into the store, as a
+// crashed node would have left them.
+func (b *bundle) pending(t *testing.T, sub core.Subscription, n int) []string {
+	t.Helper()
+	now := time.Now().UTC()
+	var batch []store.EventInsert
+	var ids []string
+	for i := range n {
+		ev := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "a.b",
+			Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), CreatedAt: now}
+		d := core.Delivery{ID: core.NewID("dlv"), EventID: ev.ID, SubscriptionID: sub.ID, TenantID: ev.TenantID,
+			EventType: ev.Type, Host: sub.Host, Shard: core.ShardOf(sub.Host), State: core.DeliveryPending,
+			NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
+		batch = append(batch, store.EventInsert{Event: ev, Deliveries: []core.Delivery{d}})
+		ids = append(ids, d.ID)
+	}
+	if _, err := b.store.EventInsertBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func (b *bundle) start(t *testing.T, s Sender, window int) *Dispatcher {
+	t.Helper()
+	d := New(Config{Store: b.store, Subs: b.subs, Sender: s, Window: window,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Stop(ctx)
+	})
+	return d
+}
+
+func (b *bundle) state(t *testing.T, id string) core.Delivery {
+	t.Helper()
+	d, _, err := b.store.DeliveryGet(context.Background(), "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// held counts what the dispatcher keeps in memory for host.
+func (d *Dispatcher) held(host string) (window, known int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.hosts[host]
+	if h == nil {
+		return 0, 0
+	}
+	return len(h.window), len(h.known)
+}
+
+func TestPendingWorkLeftInStoreIsSentOnStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "a.example:80")
+	ids := b.pending(t, sub, 50)
+	var sent sync.Map
+	b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		if _, dup := sent.LoadOrStore(j.Delivery.ID, true); dup {
+			t.Errorf("%s sent twice", j.Delivery.ID)
+		}
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 0)
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+}
+
+func TestHungHostHoldsOnlyItsCapAndOthersFlow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hung, healthy := b.subscription(t, "hung.example:80"), b.subscription(t, "ok.example:80")
+	b.pending(t, hung, 200)
+	release := make(chan struct{})
+	var inflight, peak atomic.Int64
+	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		if s.Host == hung.Host {
+			n := inflight.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			inflight.Add(-1)
+			return send.Outcome{Class: send.Retry, Err: "timeout"}
+		}
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 32)
+	testenv.Eventually(t, 5*time.Second, "the hung host fills its cap", func() bool { return inflight.Load() == core.DefaultHostConcurrency })
+
+	// With the hung host's cap full, the healthy host still delivers everything.
+	ids := b.pending(t, healthy, 100)
+	d.Wake(healthy.Host)
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, "healthy delivery "+id, func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	// A bounded window of the 200 is in memory, not all of them.
+	window, known := d.held(hung.Host)
+	if window > 32 || known > 32+core.DefaultHostConcurrency {
+		t.Errorf("hung host holds window %d, known %d; want at most 32 and %d", window, known, 32+core.DefaultHostConcurrency)
+	}
+	if p := peak.Load(); p != core.DefaultHostConcurrency {
+		t.Errorf("peak in flight to the hung host %d, want exactly %d", p, core.DefaultHostConcurrency)
+	}
+	close(release)
+}
+
+func TestNextState(t *testing.T) {
+	sub := &core.Subscription{ID: "sub_1", RetrySchedule: []time.Duration{10 * time.Second, time.Minute}}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name       string
+		count, rs  int
+		out        send.Outcome
+		state      core.DeliveryState
+		minW, maxW time.Duration
+		disable    bool
+	}{
+		{name: "2xx", out: send.Outcome{Class: send.Delivered, StatusCode: 200}, state: core.DeliveryDelivered},
+		{name: "first retry", out: send.Outcome{Class: send.Retry, StatusCode: 500}, state: core.DeliveryPending, minW: 8 * time.Second, maxW: 12 * time.Second},
+		{name: "second retry", count: 1, out: send.Outcome{Class: send.Retry}, state: core.DeliveryPending, minW: 48 * time.Second, maxW: 72 * time.Second},
+		{name: "schedule spent", count: 2, out: send.Outcome{Class: send.Retry}, state: core.DeliveryFailed},
+		{name: "replay starts a new round", count: 3, rs: 3, out: send.Outcome{Class: send.Retry}, state: core.DeliveryPending, minW: 8 * time.Second, maxW: 12 * time.Second},
+		{name: "retry-after is a floor", out: send.Outcome{Class: send.Retry, StatusCode: 429, RetryAfter: 30 * time.Second}, state: core.DeliveryPending, minW: 30 * time.Second, maxW: 30 * time.Second},
+		{name: "retry-after below schedule", out: send.Outcome{Class: send.Retry, StatusCode: 429, RetryAfter: time.Second}, state: core.DeliveryPending, minW: 8 * time.Second, maxW: 12 * time.Second},
+		{name: "4xx", out: send.Outcome{Class: send.Fail, StatusCode: 400}, state: core.DeliveryFailed},
+		{name: "410", out: send.Outcome{Class: send.Gone, StatusCode: 410}, state: core.DeliveryFailed, disable: true},
+	} {
+		c.out.StartedAt = now
+		r := nextState(sub, &core.Delivery{ID: "dlv_1", AttemptCount: c.count, RoundStart: c.rs}, c.out)
+		if r.State != c.state || r.Attempt.N != c.count+1 || (r.disable != "") != c.disable {
+			t.Errorf("%s: state %s, n %d, disable %q", c.name, r.State, r.Attempt.N, r.disable)
+		}
+		if c.state == core.DeliveryPending {
+			if w := r.NextAttemptAt.Sub(now); w < c.minW || w > c.maxW {
+				t.Errorf("%s: waits %s, want %s..%s", c.name, w, c.minW, c.maxW)
+			}
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"hookd/internal/store"
+)
+
+// result is one finished attempt on its way to the store.
+type result struct {
+	store.AttemptResult
+	host    string
+	subID   string
+	disable string // non-empty: disable the subscription with this reason once written
+}
+
+// resultWriter writes attempt results in batches: one transaction per
+// flushInterval or per maxResults, whichever comes first. Until a result is
+// written its delivery is still pending in the store, so a crash resends it.
+type resultWriter struct {
+	store    store.Store
+	interval time.Duration
+	log      *slog.Logger
+	written  func([]result) // called after every successful write
+	in       chan result
+	done     chan struct{}
+}
+
+const maxResults = 512
+
+func newResultWriter(st store.Store, interval time.Duration, log *slog.Logger, written func([]result)) *resultWriter {
+	w := &resultWriter{store: st, interval: interval, log: log, written: written,
+		in: make(chan result, maxResults*2), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// add queues a result; it blocks when the writer is behind, which slows
+// senders rather than growing memory without bound.
+func (w *resultWriter) add(r result) { w.in <- r }
+
+// close writes everything queued and stops. No add may follow.
+func (w *resultWriter) close() {
+	close(w.in)
+	<-w.done
+}
+
+func (w *resultWriter) loop() {
+	defer close(w.done)
+	var batch []result
+	for {
+		r, ok := <-w.in
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], r)
+		timer := time.NewTimer(w.interval)
+		open := true
+	collect:
+		for len(batch) < maxResults {
+			select {
+			case r, more := <-w.in:
+				if !more {
+					open = false
+					break collect
+				}
+				batch = append(batch, r)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		w.write(batch)
+		if !open {
+			return
+		}
+	}
+}
+
+// write retries until the store takes the batch: dropping a result would
+// lose an attempt record (the delivery itself stays pending either way).
+func (w *resultWriter) write(batch []result) {
+	rs := make([]store.AttemptResult, len(batch))
+	for i, r := range batch {
+		rs[i] = r.AttemptResult
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.store.DeliveryRecordResults(ctx, rs)
+		cancel()
+		if err == nil {
+			break
+		}
+		w.log.Error("writing attempt results; will retry", "n", len(rs), "err", err)
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	w.written(batch)
+}
