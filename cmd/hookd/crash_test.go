@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"hookd/internal/testenv"
+)
+
+var hookdBin string
+
+// TestMain builds the real binary once: the crash test runs it as a process
+// so it can be killed with SIGKILL.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hookd-bin")
+	if err != nil {
+		panic(err)
+	}
+	hookdBin = filepath.Join(dir, "hookd")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", hookdBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building hookd:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	base string
+}
+
+// startProc runs `hookd serve` on a free loopback port and waits until it
+// says where it listens.
+func startProc(t *testing.T, db string) *proc {
+	t.Helper()
+	cmd := exec.Command(hookdBin, "serve", "--addr", "127.0.0.1:0", "--db", db,
+		"--admin-token", "crash-admin", "--allow-network", "127.0.0.0/8", "--log-level", "error")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if _, rest, ok := strings.Cut(lines.Text(), "listening on "); ok {
+			go func() { // keep draining so the process never blocks on stdout
+				for lines.Scan() {
+				}
+			}()
+			return &proc{cmd: cmd, base: strings.Fields(rest)[0]}
+		}
+	}
+	t.Fatal("hookd exited before listening")
+	return nil
+}
+
+func TestKill9MidBurstLosesNoAcceptedEvent(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "hookd.db")
+	// Until the kill the endpoint answers 503, so every accepted event is
+	// still pending in the store when the process dies; afterwards it takes
+	// them and records what it took.
+	var afterKill atomic.Bool
+	var deliveredMu sync.Mutex
+	delivered := map[string]bool{}
+	rc := testenv.NewReceiver(t)
+	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
+		if !afterKill.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		deliveredMu.Lock()
+		delivered[r.Header.Get("webhook-id")] = true
+		deliveredMu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+	p := startProc(t, db)
+	admin := &testenv.Client{T: t, Base: p.base, Token: "crash-admin"}
+	admin.Must(201, "POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"},
+		"retry_schedule": []string{"1s", "1s", "1s", "1s", "1s", "1s", "1s", "1s", "1s", "1s"}})
+
+	// Ten writers post until the process dies under them.
+	var mu sync.Mutex
+	var accepted []string
+	var wg sync.WaitGroup
+	killed := make(chan struct{})
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				body, _ := json.Marshal(map[string]any{"type": "crash.test", "payload": map[string]any{"w": w, "i": i}})
+				req, _ := http.NewRequest("POST", p.base+"/v1/events", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer crash-admin")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return // the process is gone
+				}
+				var out struct{ ID string }
+				json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted {
+					mu.Lock()
+					accepted = append(accepted, out.ID)
+					mu.Unlock()
+				}
+				select {
+				case <-killed:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	testenv.Eventually(t, 20*time.Second, "200 events accepted", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(accepted) >= 200
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	close(killed)
+	p.cmd.Wait()
+	wg.Wait()
+	afterKill.Store(true)
+	triedBefore := rc.Count()
+
+	startProc(t, db)
+	testenv.Eventually(t, 30*time.Second, "every accepted event delivered after restart", func() bool {
+		deliveredMu.Lock()
+		defer deliveredMu.Unlock()
+		for _, id := range accepted {
+			if !delivered[id] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d accepted before kill -9 (%d attempts answered 503 before it); all delivered after restart",
+		len(accepted), triedBefore)
+}

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+type deliveryJSON struct {
+	ID             string     `json:"id"`
+	EventID        string     `json:"event_id"`
+	SubscriptionID string     `json:"subscription_id"`
+	EventType      string     `json:"event_type"`
+	State          string     `json:"state"`
+	AttemptCount   int        `json:"attempt_count"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at"`
+	LastStatus     *int       `json:"last_status"`
+	LastError      string     `json:"last_error,omitempty"`
+	Sequence       int64      `json:"sequence,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+}
+
+// deliveryDetailJSON is one delivery with every attempt (an empty list before the first).
+type deliveryDetailJSON struct {
+	deliveryJSON
+	Attempts []attemptJSON `json:"attempts"`
+}
+
+type attemptJSON struct {
+	N          int       `json:"n"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	StatusCode *int      `json:"status_code"`
+	Error      string    `json:"error"`
+	Response   string    `json:"response"`
+}
+
+func toDeliveryJSON(d core.Delivery) deliveryJSON {
+	return deliveryJSON{
+		ID: d.ID, EventID: d.EventID, SubscriptionID: d.SubscriptionID, EventType: d.EventType,
+		State: string(d.State), AttemptCount: d.AttemptCount, NextAttemptAt: nextAttempt(d),
+		LastStatus: lastStatus(d), LastError: d.LastError, Sequence: d.Sequence,
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt,
+	}
+}
+
+func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request, p principal) error {
+	d, attempts, err := s.Store.DeliveryGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := deliveryDetailJSON{deliveryJSON: toDeliveryJSON(d), Attempts: make([]attemptJSON, len(attempts))}
+	for i, a := range attempts {
+		var code *int
+		if a.StatusCode != 0 {
+			c := a.StatusCode
+			code = &c
+		}
+		out.Attempts[i] = attemptJSON{N: a.N, StartedAt: a.StartedAt, DurationMS: a.Duration.Milliseconds(),
+			StatusCode: code, Error: a.Error, Response: a.Response}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, p principal) error {
+	q := r.URL.Query()
+	params := store.DeliveryListParams{TenantID: p.scope(), SubscriptionID: r.PathValue("id"), Cursor: q.Get("cursor")}
+	var err error
+	if params.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		return err
+	}
+	switch st := core.DeliveryState(q.Get("state")); st {
+	case "", core.DeliveryPending, core.DeliveryDelivered, core.DeliveryFailed, core.DeliverySkipped:
+		params.State = st
+	default:
+		return errBadRequest("state", "must be pending, delivered, failed or skipped")
+	}
+	if et := q.Get("event_type"); et != "" {
+		if err := core.ValidateEventType("event_type", et); err != nil {
+			return errBadRequest("event_type", "must be an event type like payment.succeeded")
+		}
+		params.EventType = et
+	}
+	if params.Since, err = parseTime(q, "since"); err != nil {
+		return err
+	}
+	if params.Until, err = parseTime(q, "until"); err != nil {
+		return err
+	}
+	// A subscription of another tenant must look absent, even with no deliveries.
+	if _, err := s.Store.SubscriptionGet(r.Context(), p.scope(), params.SubscriptionID); err != nil {
+		return err
+	}
+	page, err := s.Store.DeliveryList(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	data := make([]deliveryJSON, len(page.Data))
+	for i, d := range page.Data {
+		data[i] = toDeliveryJSON(d)
+	}
+	writeJSON(w, http.StatusOK, listJSON(data, page.NextCursor))
+	return nil
+}
+
+func parseTime(q map[string][]string, name string) (time.Time, error) {
+	v := ""
+	if vs := q[name]; len(vs) > 0 {
+		v = vs[0]
+	}
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, errBadRequest(name, "must be an RFC 3339 time like 2026-01-02T15:04:05Z")
+	}
+	return t, nil
+}
+
+// replayDelivery sends a delivery again: same webhook-id, signed afresh,
+// through its subscription's queue and admission like any other.
+func (s *Server) replayDelivery(w http.ResponseWriter, r *http.Request, p principal) error {
+	d, err := s.Store.DeliveryReplay(r.Context(), p.scope(), r.PathValue("id"), time.Now().UTC())
+	if errors.Is(err, store.ErrConflict) {
+		return &apiError{Status: http.StatusConflict, Code: "conflict",
+			Message: "delivery is already pending, or its subscription was deleted"}
+	}
+	if err != nil {
+		return err
+	}
+	s.Dispatch.Wake(d.Host)
+	writeJSON(w, http.StatusAccepted, toDeliveryJSON(d))
+	return nil
+}

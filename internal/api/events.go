@@ -1,0 +1,117 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"hookd/internal/core"
+)
+
+type createEventRequest struct {
+	Type           string          `json:"type"`
+	Payload        json.RawMessage `json:"payload"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	OrderingKey    string          `json:"ordering_key"`
+	TenantID       string          `json:"tenant_id"`
+}
+
+func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req createEventRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := core.ValidateEventType("type", req.Type); err != nil {
+		return err
+	}
+	if len(req.Payload) == 0 || bytes.Equal(req.Payload, []byte("null")) {
+		return errInvalid("payload", "is required")
+	}
+	if len(req.Payload) > core.MaxPayloadBytes {
+		return errTooLarge
+	}
+	if len(req.IdempotencyKey) > 255 {
+		return errInvalid("idempotency_key", "must be at most 255 characters")
+	}
+	if len(req.OrderingKey) > 255 {
+		return errInvalid("ordering_key", "must be at most 255 characters")
+	}
+	tenant, err := s.tenantFor(r.Context(), p, req.TenantID)
+	if err != nil {
+		return err
+	}
+	res, err := s.Ingest.Submit(r.Context(), core.Event{
+		TenantID:       tenant,
+		Type:           req.Type,
+		Payload:        req.Payload,
+		IdempotencyKey: req.IdempotencyKey,
+		OrderingKey:    req.OrderingKey,
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusAccepted
+	if res.Duplicate {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, map[string]string{"id": res.EventID})
+	return nil
+}
+
+type eventJSON struct {
+	ID             string            `json:"id"`
+	TenantID       string            `json:"tenant_id"`
+	Type           string            `json:"type"`
+	Payload        json.RawMessage   `json:"payload"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	OrderingKey    string            `json:"ordering_key,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	Deliveries     []eventDeliveryJS `json:"deliveries"`
+}
+
+type eventDeliveryJS struct {
+	ID             string     `json:"id"`
+	SubscriptionID string     `json:"subscription_id"`
+	State          string     `json:"state"`
+	AttemptCount   int        `json:"attempt_count"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at"`
+	LastStatus     *int       `json:"last_status"`
+}
+
+func (s *Server) getEvent(w http.ResponseWriter, r *http.Request, p principal) error {
+	ev, dls, err := s.Store.EventGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := eventJSON{
+		ID: ev.ID, TenantID: ev.TenantID, Type: ev.Type, Payload: ev.Payload,
+		IdempotencyKey: ev.IdempotencyKey, OrderingKey: ev.OrderingKey, CreatedAt: ev.CreatedAt,
+		Deliveries: make([]eventDeliveryJS, len(dls)),
+	}
+	for i, d := range dls {
+		out.Deliveries[i] = eventDeliveryJS{
+			ID: d.ID, SubscriptionID: d.SubscriptionID, State: string(d.State),
+			AttemptCount: d.AttemptCount, NextAttemptAt: nextAttempt(d), LastStatus: lastStatus(d),
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// nextAttempt is shown only while a delivery is pending.
+func nextAttempt(d core.Delivery) *time.Time {
+	if d.State != core.DeliveryPending {
+		return nil
+	}
+	t := d.NextAttemptAt.UTC()
+	return &t
+}
+
+func lastStatus(d core.Delivery) *int {
+	if d.LastStatus == 0 {
+		return nil
+	}
+	v := d.LastStatus
+	return &v
+}

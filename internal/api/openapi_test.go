@@ -1,0 +1,168 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// v1Routes is every authenticated pattern New registers under /v1.
+// TestRoutesAreServed checks each one is really served by the mux under that
+// exact pattern; TestOpenAPIMatchesRoutes checks openapi.json documents
+// exactly these (plus otherRoutes). A route added to New must be added here
+// and to openapi.json.
+var v1Routes = []string{
+	"POST /v1/tenants",
+	"POST /v1/events",
+	"GET /v1/events/{id}",
+	"POST /v1/subscriptions",
+	"GET /v1/subscriptions",
+	"GET /v1/subscriptions/{id}",
+	"PATCH /v1/subscriptions/{id}",
+	"DELETE /v1/subscriptions/{id}",
+	"POST /v1/subscriptions/{id}/rotate-secret",
+	"GET /v1/subscriptions/{id}/deliveries",
+	"GET /v1/deliveries/{id}",
+	"POST /v1/deliveries/{id}/replay",
+}
+
+// otherRoutes are the unauthenticated routes outside /v1, also documented.
+var otherRoutes = []string{
+	"GET /healthz",
+	"GET /readyz",
+	"GET /openapi.json",
+}
+
+var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+func TestRoutesAreServed(t *testing.T) {
+	s := New(Config{})
+	for _, pattern := range append(append([]string{}, v1Routes...), otherRoutes...) {
+		method, path, _ := strings.Cut(pattern, " ")
+		req := httptest.NewRequest(method, strings.ReplaceAll(path, "{id}", "x"), nil)
+		if _, got := s.mux.Handler(req); got != pattern {
+			t.Errorf("%s %s is served by pattern %q, want %q", req.Method, req.URL.Path, got, pattern)
+		}
+	}
+	// The catch-all answers anything else under /v1, so an unlisted route
+	// would look served; make sure the catch-all is what a stray path gets.
+	req := httptest.NewRequest(http.MethodGet, "/v1/no-such-route", nil)
+	if _, got := s.mux.Handler(req); got != "/v1/" {
+		t.Errorf("GET /v1/no-such-route is served by %q, want the /v1/ catch-all", got)
+	}
+}
+
+type openAPIDoc struct {
+	OpenAPI    string                                `json:"openapi"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		SecuritySchemes map[string]json.RawMessage `json:"securitySchemes"`
+		Schemas         map[string]json.RawMessage `json:"schemas"`
+	} `json:"components"`
+}
+
+func parseOpenAPI(t *testing.T) openAPIDoc {
+	t.Helper()
+	var doc openAPIDoc
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatalf("openapi.json is not valid JSON: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
+		t.Errorf("openapi = %q, want 3.1.x", doc.OpenAPI)
+	}
+	return doc
+}
+
+// documented returns "METHOD /path" for every operation in the document.
+func documented(doc openAPIDoc) map[string]bool {
+	ops := map[string]bool{}
+	for path, item := range doc.Paths {
+		for _, m := range openAPIMethods {
+			if _, ok := item[m]; ok {
+				ops[strings.ToUpper(m)+" "+path] = true
+			}
+		}
+	}
+	return ops
+}
+
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	doc := parseOpenAPI(t)
+	ops := documented(doc)
+
+	registered := map[string]bool{}
+	for _, r := range append(append([]string{}, v1Routes...), otherRoutes...) {
+		registered[r] = true
+		if !ops[r] {
+			t.Errorf("route %s is registered but missing from openapi.json", r)
+		}
+	}
+	var extra []string
+	for op := range ops {
+		if !registered[op] {
+			extra = append(extra, op)
+		}
+	}
+	sort.Strings(extra)
+	for _, op := range extra {
+		t.Errorf("openapi.json documents %s, which the server does not register", op)
+	}
+}
+
+func TestOpenAPIShape(t *testing.T) {
+	doc := parseOpenAPI(t)
+	if _, ok := doc.Components.SecuritySchemes["bearerAuth"]; !ok {
+		t.Error("components.securitySchemes.bearerAuth is missing")
+	}
+	if _, ok := doc.Components.Schemas["Error"]; !ok {
+		t.Error("components.schemas.Error is missing")
+	}
+
+	// Every local $ref must resolve.
+	var root any
+	if err := json.Unmarshal(openAPI, &root); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				if resolve(root, ref) == nil {
+					t.Errorf("$ref %q does not resolve", ref)
+				}
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(root)
+}
+
+// resolve follows a local JSON pointer reference ("#/a/b"); nil if absent.
+func resolve(root any, ref string) any {
+	p, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return nil
+	}
+	cur := root
+	for _, part := range strings.Split(p, "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		if cur, ok = m[part]; !ok {
+			return nil
+		}
+	}
+	return cur
+}

@@ -1,0 +1,170 @@
+// Package api serves hookd's REST API (/v1), health checks and the OpenAPI
+// document. Handlers validate everything before writing anything.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"hookd/internal/core"
+	"hookd/internal/ingest"
+	"hookd/internal/store"
+	"hookd/internal/subs"
+)
+
+// Guard checks a subscription URL's host at registration (the dialer checks
+// the address actually dialled at send time).
+type Guard interface {
+	CheckHost(hostname string) error
+}
+
+// Waker is the dispatcher's door for work that appears in the store without
+// a hand-off: a replay, a resumed subscription.
+type Waker interface {
+	Wake(host string)
+}
+
+type Config struct {
+	Store      store.Store
+	Subs       *subs.Registry
+	Ingest     *ingest.Ingester
+	Dispatch   Waker
+	Guard      Guard
+	AdminToken string
+	Version    string
+	// Ready reports whether the node should take traffic (nil: always).
+	Ready func() error
+	Log   *slog.Logger
+}
+
+type Server struct {
+	Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+//go:embed openapi.json
+var openAPI []byte
+
+func New(cfg Config) *Server {
+	s := &Server{Config: cfg, log: cfg.Log, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openAPI)
+	})
+	s.route("POST /v1/tenants", s.createTenant)
+	s.route("POST /v1/events", s.createEvent)
+	s.route("GET /v1/events/{id}", s.getEvent)
+	s.route("POST /v1/subscriptions", s.createSubscription)
+	s.route("GET /v1/subscriptions", s.listSubscriptions)
+	s.route("GET /v1/subscriptions/{id}", s.getSubscription)
+	s.route("PATCH /v1/subscriptions/{id}", s.patchSubscription)
+	s.route("DELETE /v1/subscriptions/{id}", s.deleteSubscription)
+	s.route("POST /v1/subscriptions/{id}/rotate-secret", s.rotateSecret)
+	s.route("GET /v1/subscriptions/{id}/deliveries", s.listDeliveries)
+	s.route("GET /v1/deliveries/{id}", s.getDelivery)
+	s.route("POST /v1/deliveries/{id}/replay", s.replayDelivery)
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such route: " + r.Method + " " + r.URL.Path})
+	})
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.Ready != nil {
+		if err := s.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": &apiError{Code: "not_ready", Message: err.Error()}})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// principal is who is calling: the admin, or one tenant's key.
+type principal struct {
+	admin    bool
+	tenantID string
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, p principal) error
+
+// route registers an authenticated handler; its error becomes the answer.
+func (s *Server) route(pattern string, h handler) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+		if err == nil {
+			err = h(w, r, p)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+func (s *Server) authenticate(ctx context.Context, header string) (principal, error) {
+	token, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || token == "" {
+		return principal{}, errUnauthorized
+	}
+	if s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) == 1 {
+		return principal{admin: true}, nil
+	}
+	key, err := s.Store.APIKeyByHash(ctx, HashKey(token))
+	if err == store.ErrNotFound {
+		return principal{}, errUnauthorized
+	}
+	if err != nil {
+		return principal{}, err
+	}
+	return principal{tenantID: key.TenantID}, nil
+}
+
+// HashKey is how API keys are stored: only their SHA-256.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// tenantFor resolves which tenant a create or list acts on. The admin may
+// name any existing tenant (default "default"); a tenant key only its own,
+// and naming another answers 404 as if it did not exist.
+func (s *Server) tenantFor(ctx context.Context, p principal, requested string) (string, error) {
+	if !p.admin {
+		if requested != "" && requested != p.tenantID {
+			return "", &apiError{Status: http.StatusNotFound, Code: "not_found", Field: "tenant_id", Message: "tenant_id: no such tenant"}
+		}
+		return p.tenantID, nil
+	}
+	if requested == "" {
+		requested = core.DefaultTenant
+	}
+	if _, err := s.Store.TenantGet(ctx, requested); err == store.ErrNotFound {
+		return "", &apiError{Status: http.StatusNotFound, Code: "not_found", Field: "tenant_id", Message: "tenant_id: no such tenant"}
+	} else if err != nil {
+		return "", err
+	}
+	return requested, nil
+}
+
+// scope is the tenant filter for reads by ID: "" lets the admin see all.
+func (p principal) scope() string {
+	if p.admin {
+		return ""
+	}
+	return p.tenantID
+}

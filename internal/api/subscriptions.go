@@ -1,0 +1,285 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+	"hookd/webhook"
+)
+
+// subscriptionFields are the settable fields, shared by create and PATCH;
+// a nil pointer means "not given".
+type subscriptionFields struct {
+	URL              *string   `json:"url"`
+	EventTypes       *[]string `json:"event_types"`
+	Ordered          *bool     `json:"ordered"`
+	RetrySchedule    *[]string `json:"retry_schedule"`
+	Timeout          *string   `json:"timeout"`
+	MaxConcurrency   *int      `json:"max_concurrency"`
+	RateLimit        *float64  `json:"rate_limit"`
+	RetryStatusCodes *[]int    `json:"retry_status_codes"`
+}
+
+type createSubscriptionRequest struct {
+	subscriptionFields
+	TenantID string `json:"tenant_id"`
+}
+
+type patchSubscriptionRequest struct {
+	subscriptionFields
+	State *string `json:"state"`
+}
+
+type subscriptionJSON struct {
+	ID               string    `json:"id"`
+	TenantID         string    `json:"tenant_id"`
+	URL              string    `json:"url"`
+	EventTypes       []string  `json:"event_types"`
+	State            string    `json:"state"`
+	DisabledReason   string    `json:"disabled_reason"`
+	Ordered          bool      `json:"ordered"`
+	RetrySchedule    []string  `json:"retry_schedule"`
+	Timeout          string    `json:"timeout"`
+	MaxConcurrency   int       `json:"max_concurrency"`
+	RateLimit        float64   `json:"rate_limit"`
+	RetryStatusCodes []int     `json:"retry_status_codes"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	Secret           string    `json:"secret,omitempty"`
+}
+
+func toSubscriptionJSON(s core.Subscription) subscriptionJSON {
+	codes := s.RetryStatusCodes
+	if codes == nil {
+		codes = []int{}
+	}
+	return subscriptionJSON{
+		ID: s.ID, TenantID: s.TenantID, URL: s.URL, EventTypes: s.EventTypes,
+		State: string(s.State), DisabledReason: s.DisabledReason, Ordered: s.Ordered,
+		RetrySchedule: core.FormatDurations(s.Schedule()), Timeout: s.SendTimeout().String(),
+		MaxConcurrency: s.MaxConcurrency, RateLimit: s.RateLimit, RetryStatusCodes: codes,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+}
+
+// apply validates the given fields and sets them on sub. It changes sub
+// only if every field is valid.
+func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
+	next := *sub
+	if f.URL != nil {
+		host, err := core.EndpointHost("url", *f.URL)
+		if err != nil {
+			return err
+		}
+		u, _ := url.Parse(*f.URL)
+		if err := s.Guard.CheckHost(u.Hostname()); err != nil {
+			return errInvalid("url", err.Error())
+		}
+		next.URL, next.Host = *f.URL, host
+	}
+	if f.EventTypes != nil {
+		if err := core.ValidatePatterns("event_types", *f.EventTypes); err != nil {
+			return err
+		}
+		next.EventTypes = *f.EventTypes
+	}
+	if f.Ordered != nil {
+		next.Ordered = *f.Ordered
+	}
+	if f.RetrySchedule != nil {
+		sched, err := core.ParseRetrySchedule("retry_schedule", *f.RetrySchedule)
+		if err != nil {
+			return err
+		}
+		next.RetrySchedule = sched
+	}
+	if f.Timeout != nil {
+		d, err := time.ParseDuration(*f.Timeout)
+		if err != nil || d < time.Second || d > core.MaxTimeout {
+			return errInvalid("timeout", fmt.Sprintf("must be a duration between 1s and %s", core.MaxTimeout))
+		}
+		next.Timeout = d
+	}
+	if f.MaxConcurrency != nil {
+		if *f.MaxConcurrency < 0 || *f.MaxConcurrency > 1000 {
+			return errInvalid("max_concurrency", "must be between 0 (host default) and 1000")
+		}
+		next.MaxConcurrency = *f.MaxConcurrency
+	}
+	if f.RateLimit != nil {
+		if *f.RateLimit < 0 || *f.RateLimit > 100000 {
+			return errInvalid("rate_limit", "must be between 0 (unlimited) and 100000 per second")
+		}
+		next.RateLimit = *f.RateLimit
+	}
+	if f.RetryStatusCodes != nil {
+		for i, c := range *f.RetryStatusCodes {
+			if c < 300 || c > 499 {
+				return errInvalid(fmt.Sprintf("retry_status_codes[%d]", i), "must be a 3xx or 4xx status")
+			}
+		}
+		next.RetryStatusCodes = *f.RetryStatusCodes
+	}
+	*sub = next
+	return nil
+}
+
+func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req createSubscriptionRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.URL == nil {
+		return errInvalid("url", "is required")
+	}
+	if req.EventTypes == nil {
+		return errInvalid("event_types", "is required")
+	}
+	sub := core.Subscription{State: core.SubActive}
+	if err := s.apply(req.subscriptionFields, &sub); err != nil {
+		return err
+	}
+	tenant, err := s.tenantFor(r.Context(), p, req.TenantID)
+	if err != nil {
+		return err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	sub.ID, sub.TenantID, sub.Secret = core.NewID("sub"), tenant, secret
+	sub.CreatedAt, sub.UpdatedAt = now, now
+	if err := s.Store.SubscriptionCreate(r.Context(), sub); err != nil {
+		return err
+	}
+	s.Subs.Put(sub)
+	out := toSubscriptionJSON(sub)
+	out.Secret = secret
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toSubscriptionJSON(sub))
+	return nil
+}
+
+func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request, p principal) error {
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	tenant, err := s.tenantFor(r.Context(), p, q.Get("tenant_id"))
+	if err != nil {
+		return err
+	}
+	page, err := s.Store.SubscriptionList(r.Context(), store.SubscriptionListParams{
+		TenantID: tenant, Cursor: q.Get("cursor"), Limit: limit,
+	})
+	if err != nil {
+		return err
+	}
+	data := make([]subscriptionJSON, len(page.Data))
+	for i, sub := range page.Data {
+		data[i] = toSubscriptionJSON(sub)
+	}
+	writeJSON(w, http.StatusOK, listJSON(data, page.NextCursor))
+	return nil
+}
+
+func (s *Server) patchSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req patchSubscriptionRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	oldHost, oldState := sub.Host, sub.State
+	if err := s.apply(req.subscriptionFields, &sub); err != nil {
+		return err
+	}
+	if req.State != nil {
+		switch st := core.SubscriptionState(*req.State); st {
+		case core.SubActive, core.SubPaused:
+			sub.State, sub.DisabledReason = st, ""
+		case core.SubDisabled:
+			sub.State, sub.DisabledReason = st, "disabled by request"
+		default:
+			return errInvalid("state", "must be active, paused or disabled")
+		}
+	}
+	sub.UpdatedAt = time.Now().UTC()
+	if err := s.Store.SubscriptionUpdate(r.Context(), sub); err != nil {
+		return err
+	}
+	s.Subs.Put(sub)
+	if sub.State == core.SubActive && (oldState != core.SubActive || oldHost != sub.Host) {
+		s.Dispatch.Wake(sub.Host) // held deliveries may go now
+	}
+	writeJSON(w, http.StatusOK, toSubscriptionJSON(sub))
+	return nil
+}
+
+func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
+	id := r.PathValue("id")
+	if err := s.Store.SubscriptionDelete(r.Context(), p.scope(), id, time.Now().UTC()); err != nil {
+		return err
+	}
+	s.Subs.Remove(id)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// rotateSecret issues a new secret; the old one keeps signing for 24 h so
+// receivers can switch without missing a delivery.
+func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	sub.PrevSecret, sub.PrevSecretExpiresAt = sub.Secret, now.Add(core.SecretGracePeriod)
+	sub.Secret, sub.UpdatedAt = secret, now
+	if err := s.Store.SubscriptionUpdate(r.Context(), sub); err != nil {
+		return err
+	}
+	s.Subs.Put(sub)
+	writeJSON(w, http.StatusOK, map[string]any{"secret": secret, "previous_secret_expires_at": sub.PrevSecretExpiresAt})
+	return nil
+}
+
+func parseLimit(v string) (int, error) {
+	if v == "" {
+		return 50, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		return 0, errBadRequest("limit", "must be a whole number from 1 to 100")
+	}
+	return n, nil
+}
+
+func listJSON[T any](data []T, next string) map[string]any {
+	var cursor any
+	if next != "" {
+		cursor = next
+	}
+	return map[string]any{"data": data, "next_cursor": cursor}
+}

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"net/http"
+	"regexp"
+	"time"
+
+	"hookd/internal/core"
+)
+
+var tenantIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+type createTenantRequest struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principal) error {
+	if !p.admin {
+		return errForbidden
+	}
+	var req createTenantRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.ID == "" {
+		req.ID = core.NewID("ten")
+	} else if !tenantIDRe.MatchString(req.ID) {
+		return errInvalid("id", "must be 1-64 lowercase letters, digits, _ or -")
+	}
+	if len(req.Name) > 200 {
+		return errInvalid("name", "must be at most 200 characters")
+	}
+	if req.Name == "" {
+		req.Name = req.ID
+	}
+	key := NewAPIKey()
+	now := time.Now().UTC()
+	err := s.Store.TenantCreate(r.Context(),
+		core.Tenant{ID: req.ID, Name: req.Name, CreatedAt: now},
+		core.APIKey{ID: core.NewID("key"), TenantID: req.ID, Hash: HashKey(key), CreatedAt: now})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"id": req.ID, "name": req.Name, "api_key": key})
+	return nil
+}
+
+// NewAPIKey returns a fresh tenant key: shown once, stored only hashed.
+func NewAPIKey() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return "hk_" + base64.RawURLEncoding.EncodeToString(b)
+}

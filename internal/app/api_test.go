@@ -1,0 +1,234 @@
+package app
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"hookd/internal/testenv"
+)
+
+func TestSSRFGuardWithoutAllowNetwork(t *testing.T) {
+	t.Parallel()
+	e := start(t, false)
+	rc := testenv.NewReceiver(t)
+	port := rc.URL[strings.LastIndex(rc.URL, ":")+1:]
+	// IP literals are refused at registration.
+	for _, host := range []string{"127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "0x7f000001", "2130706433", "169.254.169.254", "10.0.0.1"} {
+		st, out := e.admin.Do("POST", "/v1/subscriptions", map[string]any{"url": "http://" + host + ":" + port + "/", "event_types": []string{"*"}})
+		if st != http.StatusUnprocessableEntity || errField(out) != "url" {
+			t.Errorf("registering %s: %d %v, want 422 naming url", host, st, out)
+		}
+	}
+	// A name that resolves to loopback passes registration; the dialer refuses it.
+	e.subscribe(e.admin, "http://localhost:"+port+"/", []string{"*"}, nil)
+	got := e.waitDelivery(e.onlyDelivery(e.post(e.admin, "a.b", map[string]any{})), "failed", 10*time.Second)
+	if !strings.Contains(got["last_error"].(string), "blocked") {
+		t.Errorf("last_error %q, want it to say blocked", got["last_error"])
+	}
+	if n := rc.Count(); n != 0 {
+		t.Fatalf("the loopback receiver got %d requests", n)
+	}
+}
+
+func errField(out map[string]any) string {
+	e, _ := out["error"].(map[string]any)
+	f, _ := e["field"].(string)
+	return f
+}
+
+func errCode(out map[string]any) string {
+	e, _ := out["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func TestTenantKeySeesOnlyItsTenant(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	keyA := e.admin.Must(201, "POST", "/v1/tenants", map[string]any{"id": "acme"})["api_key"].(string)
+	keyB := e.admin.Must(201, "POST", "/v1/tenants", map[string]any{"name": "Globex"})["api_key"].(string)
+	a := &testenv.Client{T: t, Base: e.base, Token: keyA}
+	b := &testenv.Client{T: t, Base: e.base, Token: keyB}
+
+	subA, _ := e.subscribe(a, rc.URL, []string{"*"}, nil)
+	evA := e.post(a, "a.b", map[string]any{})
+	dlA := e.onlyDelivery(evA)
+	e.waitDelivery(dlA, "delivered", 10*time.Second)
+
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/events/" + evA},
+		{"GET", "/v1/subscriptions/" + subA},
+		{"PATCH", "/v1/subscriptions/" + subA},
+		{"DELETE", "/v1/subscriptions/" + subA},
+		{"POST", "/v1/subscriptions/" + subA + "/rotate-secret"},
+		{"GET", "/v1/subscriptions/" + subA + "/deliveries"},
+		{"GET", "/v1/deliveries/" + dlA},
+		{"POST", "/v1/deliveries/" + dlA + "/replay"},
+	} {
+		var body any
+		if c.method == "PATCH" {
+			body = map[string]any{"state": "paused"}
+		}
+		if st, _ := b.Do(c.method, c.path, body); st != 404 {
+			t.Errorf("tenant B %s %s: %d, want 404", c.method, c.path, st)
+		}
+	}
+	if st, _ := b.Do("POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}, "tenant_id": "acme"}); st != 404 {
+		t.Errorf("tenant B posting into acme: %d, want 404", st)
+	}
+	if st, _ := b.Do("POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"}, "tenant_id": "acme"}); st != 404 {
+		t.Errorf("tenant B subscribing in acme: %d, want 404", st)
+	}
+	if st, _ := b.Do("POST", "/v1/tenants", map[string]any{}); st != 403 {
+		t.Errorf("tenant key creating a tenant: %d, want 403", st)
+	}
+	if list := b.Must(200, "GET", "/v1/subscriptions", nil)["data"].([]any); len(list) != 0 {
+		t.Errorf("tenant B lists %d subscriptions, want 0", len(list))
+	}
+	if st, _ := b.Do("GET", "/v1/subscriptions?tenant_id=acme", nil); st != 404 {
+		t.Errorf("tenant B listing acme: %d, want 404", st)
+	}
+	// Nothing of A changed, nothing was sent again.
+	s := a.Must(200, "GET", "/v1/subscriptions/"+subA, nil)
+	if s["state"] != "active" || rc.Count() != 1 {
+		t.Errorf("after B's attempts: state %v, requests %d; want active and 1", s["state"], rc.Count())
+	}
+	if list := a.Must(200, "GET", "/v1/subscriptions", nil)["data"].([]any); len(list) != 1 {
+		t.Errorf("tenant A lists %d subscriptions, want 1", len(list))
+	}
+	// Bad or missing tokens.
+	for _, tok := range []string{"", "hk_wrong"} {
+		c := &testenv.Client{T: t, Base: e.base, Token: tok}
+		if st, out := c.Do("GET", "/v1/subscriptions", nil); st != 401 || errCode(out) != "unauthorized" {
+			t.Errorf("token %q: %d %v, want 401", tok, st, out)
+		}
+	}
+}
+
+func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	sub, _ := e.subscribe(e.admin, rc.URL, []string{"*"}, nil)
+	big := `{"type":"a.b","payload":"` + strings.Repeat("x", 256<<10) + `"}`
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+		field              string
+	}{
+		{"not json", "POST", "/v1/events", `{"type":`, 400, "body"},
+		{"two objects", "POST", "/v1/events", `{"type":"a.b","payload":{}} {}`, 400, "body"},
+		{"unknown field", "POST", "/v1/events", `{"type":"a.b","payload":{},"typo":1}`, 400, "typo"},
+		{"type missing", "POST", "/v1/events", `{"payload":{}}`, 422, "type"},
+		{"type not dotted lowercase", "POST", "/v1/events", `{"type":"Order Created","payload":{}}`, 422, "type"},
+		{"type wrong kind", "POST", "/v1/events", `{"type":5,"payload":{}}`, 400, "type"},
+		{"payload missing", "POST", "/v1/events", `{"type":"a.b"}`, 422, "payload"},
+		{"payload null", "POST", "/v1/events", `{"type":"a.b","payload":null}`, 422, "payload"},
+		{"payload too large", "POST", "/v1/events", big, 413, "payload"},
+		{"unknown tenant", "POST", "/v1/events", `{"type":"a.b","payload":{},"tenant_id":"nope"}`, 404, "tenant_id"},
+		{"url missing", "POST", "/v1/subscriptions", `{"event_types":["*"]}`, 422, "url"},
+		{"url not http", "POST", "/v1/subscriptions", `{"url":"ftp://example.com","event_types":["*"]}`, 422, "url"},
+		{"url relative", "POST", "/v1/subscriptions", `{"url":"/hook","event_types":["*"]}`, 422, "url"},
+		{"event_types missing", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `"}`, 422, "event_types"},
+		{"event_types empty", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":[]}`, 422, "event_types"},
+		{"event_types bad pattern", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["a.*.b"]}`, 422, "event_types[0]"},
+		{"retry_schedule not duration", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"retry_schedule":["soon"]}`, 422, "retry_schedule[0]"},
+		{"retry_schedule too short", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"retry_schedule":["1ms"]}`, 422, "retry_schedule[0]"},
+		{"timeout too long", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"timeout":"1m"}`, 422, "timeout"},
+		{"max_concurrency negative", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"max_concurrency":-1}`, 422, "max_concurrency"},
+		{"rate_limit negative", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"rate_limit":-1}`, 422, "rate_limit"},
+		{"retry_status_codes 2xx", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"retry_status_codes":[200]}`, 422, "retry_status_codes[0]"},
+		{"patch bad state", "PATCH", "/v1/subscriptions/" + sub, `{"state":"gone"}`, 422, "state"},
+		{"patch bad url", "PATCH", "/v1/subscriptions/" + sub, `{"url":"nope","state":"paused"}`, 422, "url"},
+		{"list bad state", "GET", "/v1/subscriptions/" + sub + "/deliveries?state=lost", nil, 400, "state"},
+		{"list bad since", "GET", "/v1/subscriptions/" + sub + "/deliveries?since=yesterday", nil, 400, "since"},
+		{"list bad limit", "GET", "/v1/subscriptions/" + sub + "/deliveries?limit=1000", nil, 400, "limit"},
+		{"tenant bad id", "POST", "/v1/tenants", `{"id":"Has Spaces"}`, 422, "id"},
+	}
+	for _, c := range cases {
+		st, out := e.admin.Do(c.method, c.path, c.body)
+		if st != c.status || errField(out) != c.field {
+			t.Errorf("%s: %d field %q (%v), want %d field %q", c.name, st, errField(out), out, c.status, c.field)
+		}
+		if msg, _ := out["error"].(map[string]any)["message"].(string); !strings.Contains(msg, c.field) {
+			t.Errorf("%s: message %q does not name %q", c.name, msg, c.field)
+		}
+	}
+	// Nothing was written: one subscription, unchanged, and no delivery.
+	list := e.admin.Must(200, "GET", "/v1/subscriptions", nil)["data"].([]any)
+	if len(list) != 1 || list[0].(map[string]any)["state"] != "active" || list[0].(map[string]any)["url"] != rc.URL {
+		t.Errorf("subscriptions after bad input: %v", list)
+	}
+	if ds := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/deliveries", nil)["data"].([]any); len(ds) != 0 {
+		t.Errorf("%d deliveries after bad input, want 0", len(ds))
+	}
+	if rc.Count() != 0 {
+		t.Errorf("receiver got %d requests after bad input", rc.Count())
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	sub, _ := e.subscribe(e.admin, rc.URL, []string{"*"}, nil)
+	body := map[string]any{"type": "a.b", "payload": map[string]any{"n": 1}, "idempotency_key": "k-1"}
+	first := e.admin.Must(202, "POST", "/v1/events", body)["id"]
+	again := e.admin.Must(200, "POST", "/v1/events", body)["id"]
+	if first != again {
+		t.Fatalf("repeat answered %v, want the first id %v", again, first)
+	}
+	testenv.Eventually(t, 5*time.Second, "delivered", func() bool { return rc.Count() >= 1 })
+	if ds := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/deliveries", nil)["data"].([]any); len(ds) != 1 {
+		t.Errorf("%d deliveries for one idempotent event, want 1", len(ds))
+	}
+}
+
+func TestSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	sub, secret := e.subscribe(e.admin, rc.URL, []string{"*"}, nil)
+	got := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub, nil)
+	if _, shown := got["secret"]; shown {
+		t.Error("GET shows the secret")
+	}
+	if got["timeout"] != "10s" || len(got["retry_schedule"].([]any)) != 7 {
+		t.Errorf("defaults: timeout %v, schedule %v", got["timeout"], got["retry_schedule"])
+	}
+
+	// Paused: deliveries wait; resumed: they go.
+	e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "paused"})
+	dl := e.onlyDelivery(e.post(e.admin, "a.b", map[string]any{}))
+	if d := e.admin.Must(200, "GET", "/v1/deliveries/"+dl, nil); d["state"] != "pending" || rc.Count() != 0 {
+		t.Fatalf("paused: state %v, requests %d", d["state"], rc.Count())
+	}
+	e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "active"})
+	e.waitDelivery(dl, "delivered", 10*time.Second)
+
+	// Rotation: the new secret and the old one both sign for 24 h.
+	rot := e.admin.Must(200, "POST", "/v1/subscriptions/"+sub+"/rotate-secret", nil)
+	newSecret := rot["secret"].(string)
+	if newSecret == secret || !strings.HasPrefix(newSecret, "whsec_") {
+		t.Fatalf("rotated secret %q", newSecret)
+	}
+	dl2 := e.onlyDelivery(e.post(e.admin, "a.b", map[string]any{}))
+	e.waitDelivery(dl2, "delivered", 10*time.Second)
+	last := rc.Requests()[rc.Count()-1]
+	if sigs := strings.Fields(last.Header.Get("webhook-signature")); len(sigs) != 2 {
+		t.Errorf("during rotation %d signatures, want 2", len(sigs))
+	}
+
+	e.admin.Must(204, "DELETE", "/v1/subscriptions/"+sub, nil)
+	if st, _ := e.admin.Do("GET", "/v1/subscriptions/"+sub, nil); st != 404 {
+		t.Errorf("deleted subscription: %d, want 404", st)
+	}
+	ev := e.admin.Must(202, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}})
+	if ds := e.admin.Must(200, "GET", "/v1/events/"+ev["id"].(string), nil)["deliveries"].([]any); len(ds) != 0 {
+		t.Errorf("deleted subscription still matched: %v", ds)
+	}
+}

@@ -1,0 +1,116 @@
+// Package app wires hookd's parts into one running node: store, subscription
+// registry, ingest, dispatcher and API. `hookd serve` and the benchmarks both
+// start hookd through it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"hookd/internal/api"
+	"hookd/internal/dispatch"
+	"hookd/internal/ingest"
+	"hookd/internal/send"
+	"hookd/internal/store"
+	"hookd/internal/store/sqlite"
+	"hookd/internal/subs"
+)
+
+type Config struct {
+	DB              string // SQLite file path (postgres:// URLs come with the PostgreSQL backend)
+	AdminToken      string
+	AllowNetworks   []netip.Prefix
+	HostConcurrency int
+	Version         string
+	Log             *slog.Logger
+}
+
+type App struct {
+	cfg      Config
+	store    store.Store
+	dispatch *dispatch.Dispatcher
+	ingest   *ingest.Ingester
+	http     *http.Server
+	stopping atomic.Bool
+}
+
+// OpenStore opens the store a --db value names, running migrations.
+func OpenStore(ctx context.Context, db string) (store.Store, error) {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return nil, errors.New("--db: the PostgreSQL backend is not built yet; use a SQLite file path")
+	}
+	return sqlite.Open(ctx, db)
+}
+
+// Open starts every part but the HTTP listener.
+func Open(ctx context.Context, cfg Config) (*App, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	st, err := OpenStore(ctx, cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	all, err := st.SubscriptionListAll(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("loading subscriptions: %w", err)
+	}
+	reg := subs.New(all)
+	guard := send.NewGuard(cfg.AllowNetworks)
+	a := &App{cfg: cfg, store: st}
+	a.dispatch = dispatch.New(dispatch.Config{
+		Store: st, Subs: reg, Log: cfg.Log,
+		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version}),
+		HostConcurrency: cfg.HostConcurrency,
+	})
+	if err := a.dispatch.Start(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("starting dispatcher: %w", err)
+	}
+	a.ingest = ingest.New(st, reg, a.dispatch.Notify)
+	handler := api.New(api.Config{
+		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Guard: guard,
+		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log,
+		Ready: func() error {
+			if a.stopping.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		},
+	})
+	a.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	return a, nil
+}
+
+// Serve answers HTTP on ln until Shutdown.
+func (a *App) Serve(ln net.Listener) error {
+	err := a.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Handler is the API, for in-process use.
+func (a *App) Handler() http.Handler { return a.http.Handler }
+
+// Shutdown stops taking requests, lets accepted ones commit, lets in-flight
+// sends finish or time out (cancelled when ctx ends), writes their results
+// and closes the store.
+func (a *App) Shutdown(ctx context.Context) error {
+	a.stopping.Store(true)
+	herr := a.http.Shutdown(ctx)
+	a.ingest.Close()
+	a.dispatch.Stop(ctx)
+	serr := a.store.Close()
+	return errors.Join(herr, serr)
+}
