@@ -160,3 +160,44 @@ func TestKill9MidBurstLosesNoAcceptedEvent(t *testing.T) {
 	t.Logf("%d accepted before kill -9 (%d attempts answered 503 before it); all delivered after restart",
 		len(accepted), triedBefore)
 }
+
+func TestSIGTERMLetsInFlightSendFinishAndRecordsIt(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "hookd.db")
+	arrived, release := make(chan struct{}), make(chan struct{})
+	rc := testenv.NewReceiver(t)
+	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 0 {
+			close(arrived)
+			<-release // still in flight when the signal comes
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+	p := startProc(t, db)
+	admin := &testenv.Client{T: t, Base: p.base, Token: "crash-admin"}
+	admin.Must(201, "POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"}})
+	ev := admin.Must(202, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}})["id"].(string)
+	<-arrived
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The listener closes first: new requests are refused while the send finishes.
+	testenv.Eventually(t, 10*time.Second, "API stops taking requests", func() bool {
+		_, err := http.Get(p.base + "/healthz")
+		return err != nil
+	})
+	close(release)
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("hookd exited with %v, want a clean exit", err)
+	}
+
+	p2 := startProc(t, db)
+	admin2 := &testenv.Client{T: t, Base: p2.base, Token: "crash-admin"}
+	ds := admin2.Must(200, "GET", "/v1/events/"+ev, nil)["deliveries"].([]any)
+	d := ds[0].(map[string]any)
+	if d["state"] != "delivered" || d["attempt_count"].(float64) != 1 {
+		t.Errorf("after graceful stop: %v, want delivered after 1 attempt", d)
+	}
+	if n := rc.Count(); n != 1 {
+		t.Errorf("endpoint got %d requests, want 1 (the result was recorded, not resent)", n)
+	}
+}

@@ -32,6 +32,7 @@ commands:
   serve     run the API and the dispatcher (embedded SQLite by default)
   migrate   create or upgrade the database schema, then exit
   listen    run a local receiver that prints and verifies deliveries
+  bench     measure throughput, lag and cost against loopback receivers
   version   print the version
 
 Run 'hookd <command> --help' for a command's flags.
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "listen":
 		return runListen(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "hookd", version)
 		return nil
