@@ -134,7 +134,7 @@ func (s *Server) replayDelivery(w http.ResponseWriter, r *http.Request, p princi
 	if err != nil {
 		return err
 	}
-	s.Dispatch.Wake(d.Host)
+	s.Dispatch.Wake(d.Host, d.SubscriptionID)
 	writeJSON(w, http.StatusAccepted, toDeliveryJSON(d))
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"hookd/internal/core"
+	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/store"
 	"hookd/internal/subs"
@@ -24,17 +25,19 @@ type Guard interface {
 	CheckHost(hostname string) error
 }
 
-// Waker is the dispatcher's door for work that appears in the store without
-// a hand-off: a replay, a resumed subscription.
-type Waker interface {
-	Wake(host string)
+// Dispatcher is what the API asks of the dispatcher: to look at work that
+// appeared in the store without a hand-off (a replay, a resumed
+// subscription), and what it knows of a subscription's health.
+type Dispatcher interface {
+	Wake(host, subscriptionID string)
+	Health(host, subscriptionID string) dispatch.Health
 }
 
 type Config struct {
 	Store      store.Store
 	Subs       *subs.Registry
 	Ingest     *ingest.Ingester
-	Dispatch   Waker
+	Dispatch   Dispatcher
 	Guard      Guard
 	AdminToken string
 	Version    string
@@ -75,6 +78,7 @@ func New(cfg Config) *Server {
 	s.route("DELETE /v1/subscriptions/{id}", s.deleteSubscription)
 	s.route("POST /v1/subscriptions/{id}/rotate-secret", s.rotateSecret)
 	s.route("GET /v1/subscriptions/{id}/deliveries", s.listDeliveries)
+	s.route("GET /v1/subscriptions/{id}/health", s.subscriptionHealth)
 	s.route("GET /v1/deliveries/{id}", s.getDelivery)
 	s.route("POST /v1/deliveries/{id}/replay", s.replayDelivery)
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -227,7 +227,7 @@ func (s *Server) patchSubscription(w http.ResponseWriter, r *http.Request, p pri
 	}
 	s.Subs.Put(sub)
 	if sub.State == core.SubActive && (oldState != core.SubActive || oldHost != sub.Host) {
-		s.Dispatch.Wake(sub.Host) // held deliveries may go now
+		s.Dispatch.Wake(sub.Host, sub.ID) // held deliveries may go now
 	}
 	writeJSON(w, http.StatusOK, toSubscriptionJSON(sub))
 	return nil

@@ -116,7 +116,8 @@ type Delivery struct {
 	NextAttemptAt time.Time
 	LastStatus    int
 	LastError     string
-	Sequence      int64 // per (subscription, ordering key); 0 when not ordered
+	OrderingKey   string // the event's, denormalised: ordered lines are per key
+	Sequence      int64  // per (subscription, ordering key); 0 when not ordered
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 }

@@ -1,13 +1,18 @@
-// Package dispatch decides what is sent when. Deliveries wait in per-host
-// queues that hold a bounded window of due work, refilled from the store in
-// order of next_attempt_at; admission (for now the per-host concurrency cap)
-// decides when each may start; results go back to the store in batches.
+// Package dispatch decides what is sent when. Each destination host has a
+// queue; inside it each subscription has a lane holding a bounded window of
+// due deliveries, refilled from the store in order of next_attempt_at.
+// Admission (admission.go) decides when each may start: a per-host
+// concurrency cap shared fairly among lanes, per-subscription rate limits, a
+// circuit breaker, 429 back-off and a recovery ramp. Results go back to the
+// store in batches. Time is read from the time package only, so tests run
+// the real code under testing/synctest.
 package dispatch
 
 import (
 	"container/heap"
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -30,12 +35,13 @@ type Config struct {
 	Log    *slog.Logger
 	// HostConcurrency caps in-flight attempts per destination host (default 10).
 	HostConcurrency int
-	// Window caps the due deliveries held in memory per host (default 64).
+	// Window caps the due deliveries held in memory per lane, for each of
+	// its new and backlog queues (default 32).
 	Window int
 	// FlushInterval bounds how long a result waits to be written (default 20ms).
 	FlushInterval time.Duration
-	// Resync is how often the store is asked for every host with pending work,
-	// a safety net behind the hand-off and the per-host wake-ups (default 30s).
+	// Resync is how often the store is asked for every subscription with
+	// pending work, a safety net behind hand-offs and wake-ups (default 30s).
 	Resync time.Duration
 }
 
@@ -44,33 +50,50 @@ type Dispatcher struct {
 	results *resultWriter
 
 	mu       sync.Mutex
-	hosts    map[string]*hostQueue
+	hosts    map[string]*host
+	health   map[string]*subHealth // by subscription ID
 	wakes    wakeHeap
 	stopping bool
 	kick     chan struct{} // the earliest wake-up changed
 
 	sendCtx    context.Context
 	cancelSend context.CancelFunc
-	sends      sync.WaitGroup // in-flight attempts and refills
+	work       sync.WaitGroup // in-flight attempts and refills
 	loopDone   chan struct{}
 	quit       chan struct{}
 }
 
-// hostQueue is one destination host's share of the dispatcher.
-type hostQueue struct {
-	name     string
-	window   []core.Job // due now, oldest first
-	inflight int
-	// known holds every delivery of this host that is in the window, in
-	// flight, or awaiting its result write: a refill must not fetch it again.
+// host is one destination: what is polite to it is decided here.
+type host struct {
+	name       string
+	lanes      map[string]*lane // by subscription ID
+	inflight   int
+	breaker    breaker
+	aimd       aimd
+	aimdBucket bucket
+	ramp       ramp
+	pauseUntil time.Time // a Retry-After asked for quiet until then
+	wakeAt     time.Time // the wake-up queued for this host, if any
+}
+
+// lane is one subscription's work at its host.
+type lane struct {
+	subID string
+	// fresh holds deliveries handed over at ingest; backlog holds due
+	// deliveries fetched from the store, oldest first.
+	fresh, backlog  []core.Job
+	inflight        int
+	inflightBacklog int
+	// known holds every delivery of the lane in memory, in flight, or
+	// awaiting its result write: a refill must not fetch it again.
 	known map[string]bool
 	// retries are known deliveries whose retry time is not yet in the store.
 	retries map[string]time.Time
-	// storeDue is when the store may next hold due work this queue does not
+	// storeDue is when the store may next hold due work this lane does not
 	// know of; zero means never (until a hand-off or resync says otherwise).
 	storeDue  time.Time
-	wakeAt    time.Time // the wake-up scheduled for storeDue, if any
 	refilling bool
+	bucket    bucket
 }
 
 func New(cfg Config) *Dispatcher {
@@ -78,7 +101,7 @@ func New(cfg Config) *Dispatcher {
 		cfg.HostConcurrency = core.DefaultHostConcurrency
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = 64
+		cfg.Window = 32
 	}
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = 20 * time.Millisecond
@@ -91,7 +114,8 @@ func New(cfg Config) *Dispatcher {
 	}
 	d := &Dispatcher{
 		cfg:      cfg,
-		hosts:    map[string]*hostQueue{},
+		hosts:    map[string]*host{},
+		health:   map[string]*subHealth{},
 		kick:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 		quit:     make(chan struct{}),
@@ -101,7 +125,7 @@ func New(cfg Config) *Dispatcher {
 	return d
 }
 
-// Start loads every host with pending work and begins dispatching.
+// Start loads every subscription with pending work and begins dispatching.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	if err := d.resync(ctx); err != nil {
 		return err
@@ -117,21 +141,20 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
-	touched := map[*hostQueue]bool{}
+	touched := map[*host]bool{}
 	for _, j := range jobs {
-		h := d.host(j.Delivery.Host)
+		h, l := d.lane(j.Delivery.Host, j.Delivery.SubscriptionID)
 		touched[h] = true
-		if h.known[j.Delivery.ID] {
+		if l.known[j.Delivery.ID] {
 			continue
 		}
-		// Straight into the window only when nothing older is due in the
-		// store, so the queue keeps next_attempt_at order.
-		if len(h.window) < d.cfg.Window && !h.refilling && (h.storeDue.IsZero() || h.storeDue.After(now)) {
-			h.window = append(h.window, j)
-			h.known[j.Delivery.ID] = true
+		// An ordered delivery may wait on a predecessor: the store decides
+		// which ordering key's head is due.
+		if j.Delivery.Sequence == 0 && len(l.fresh) < d.cfg.Window {
+			l.fresh = append(l.fresh, j)
+			l.known[j.Delivery.ID] = true
 		} else {
-			// Older work may be waiting in the store: keep the order, fetch it.
-			d.setStoreDue(h, now)
+			l.due(now)
 		}
 	}
 	for h := range touched {
@@ -139,14 +162,14 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 	}
 }
 
-// Wake tells the dispatcher that host may have new due work in the store
-// (a replay, a resumed subscription).
-func (d *Dispatcher) Wake(host string) {
+// Wake tells the dispatcher that a subscription may have new due work in
+// the store (a replay, a resumed subscription).
+func (d *Dispatcher) Wake(hostName, subID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
-	h := d.host(host)
-	d.setStoreDue(h, now)
+	h, l := d.lane(hostName, subID)
+	l.due(now)
 	d.pump(h, now)
 }
 
@@ -163,7 +186,7 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	close(d.quit)
 	<-d.loopDone
 	done := make(chan struct{})
-	go func() { d.sends.Wait(); close(done) }()
+	go func() { d.work.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -174,121 +197,237 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	d.results.close()
 }
 
-func (d *Dispatcher) host(name string) *hostQueue {
-	h := d.hosts[name]
+func (d *Dispatcher) lane(hostName, subID string) (*host, *lane) {
+	h := d.hosts[hostName]
 	if h == nil {
-		h = &hostQueue{name: name, known: map[string]bool{}, retries: map[string]time.Time{}}
-		d.hosts[name] = h
+		h = &host{name: hostName, lanes: map[string]*lane{}}
+		d.hosts[hostName] = h
 	}
-	return h
+	l := h.lanes[subID]
+	if l == nil {
+		l = &lane{subID: subID, known: map[string]bool{}, retries: map[string]time.Time{}}
+		h.lanes[subID] = l
+	}
+	return h, l
 }
 
-// pump starts what admission allows and refills the window when it runs
-// low. Called with d.mu held after anything that changes a host's queue.
-func (d *Dispatcher) pump(h *hostQueue, now time.Time) {
+// due records that the store may hold due work for the lane from t on.
+func (l *lane) due(t time.Time) {
+	if l.storeDue.IsZero() || t.Before(l.storeDue) {
+		l.storeDue = t
+	}
+}
+
+func (l *lane) queued() int { return len(l.fresh) + len(l.backlog) }
+
+// pump starts what admission allows, refills lanes that run low, and
+// queues the host's next wake-up. Called with d.mu held after anything
+// that changes a host.
+func (d *Dispatcher) pump(h *host, now time.Time) {
 	if d.stopping {
 		return
 	}
-	for len(h.window) > 0 && d.admit(h) {
-		j := h.window[0]
-		h.window = h.window[1:]
-		sub, ok := d.cfg.Subs.Get(j.Delivery.SubscriptionID)
-		if !ok || sub.State != core.SubActive {
-			// Paused: it stays pending in the store and comes back on resume.
-			// Disabled or deleted: the store has skipped it.
-			delete(h.known, j.Delivery.ID)
+	for d.hostAdmits(h, now) {
+		l, sub := d.pick(h, now)
+		if l == nil {
+			break
+		}
+		d.start(h, l, sub, now)
+	}
+	for _, l := range h.lanes {
+		if len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !l.storeDue.IsZero() && !l.storeDue.After(now) {
+			l.refilling = true
+			d.work.Add(1)
+			go d.refill(h, l, now)
+		}
+	}
+	d.schedule(h, now)
+	d.forgetIdle(h)
+}
+
+// hostAdmits is the host half of admission: breaker, Retry-After pause and
+// the (ramped) concurrency cap.
+func (d *Dispatcher) hostAdmits(h *host, now time.Time) bool {
+	if now.Before(h.pauseUntil) || !h.breaker.admits(now) {
+		return false
+	}
+	return h.inflight < d.hostCap(h, now)
+}
+
+func (d *Dispatcher) hostCap(h *host, now time.Time) int {
+	f := h.ramp.factor(now, d.healthy(h, now))
+	return max(1, int(math.Ceil(float64(d.cfg.HostConcurrency)*f)))
+}
+
+// healthy: the recent success rate holds, so a ramp may advance.
+func (d *Dispatcher) healthy(h *host, now time.Time) bool {
+	ok, fail := h.breaker.counts(now, 10*time.Second)
+	return fail == 0 || float64(ok) >= rampHealthyRatio*float64(ok+fail)
+}
+
+// pick chooses the lane to send next: among lanes with work that their own
+// cap and rate allow, the one with the fewest attempts in flight, so lanes
+// share the host's cap fairly. Paused, disabled or deleted subscriptions'
+// queued work is dropped from memory (it stays in the store as it should).
+func (d *Dispatcher) pick(h *host, now time.Time) (*lane, *core.Subscription) {
+	if r := h.aimd.current(now); r > 0 && !h.aimdBucket.ready(now, r) {
+		return nil, nil
+	}
+	var best *lane
+	var bestSub *core.Subscription
+	for id, l := range h.lanes {
+		if l.queued() == 0 || (best != nil && l.inflight >= best.inflight) {
 			continue
 		}
-		h.inflight++
-		d.sends.Add(1)
-		go d.attempt(h, sub, j)
+		sub, ok := d.cfg.Subs.Get(id)
+		if !ok || sub.State != core.SubActive {
+			d.drop(l)
+			continue
+		}
+		if l.inflight >= d.laneCap(sub) || !l.bucket.ready(now, d.laneRate(h, sub, now)) {
+			continue
+		}
+		best, bestSub = l, sub
 	}
-	if len(h.window) <= d.cfg.Window/2 && !h.refilling && !h.storeDue.IsZero() && !h.storeDue.After(now) {
-		h.refilling = true
-		d.sends.Add(1)
-		go d.refill(h, now)
-	}
-	d.forgetIfIdle(h)
+	return best, bestSub
 }
 
-// admit is the admission seam: whether h may start another attempt now.
-// Today it is the per-host concurrency cap.
-func (d *Dispatcher) admit(h *hostQueue) bool {
-	return h.inflight < d.cfg.HostConcurrency
+func (d *Dispatcher) laneCap(sub *core.Subscription) int {
+	if sub.MaxConcurrency > 0 {
+		return min(sub.MaxConcurrency, d.cfg.HostConcurrency)
+	}
+	return d.cfg.HostConcurrency
 }
 
-// forgetIfIdle drops a host with nothing in memory and nothing scheduled,
-// so memory follows active hosts, not every host ever seen.
-func (d *Dispatcher) forgetIfIdle(h *hostQueue) {
-	if len(h.window) == 0 && h.inflight == 0 && len(h.known) == 0 && !h.refilling && h.storeDue.IsZero() {
+// laneRate is the subscription's rate_limit, scaled by the host's ramp.
+func (d *Dispatcher) laneRate(h *host, sub *core.Subscription, now time.Time) float64 {
+	if sub.RateLimit <= 0 {
+		return 0
+	}
+	return sub.RateLimit * h.ramp.factor(now, d.healthy(h, now))
+}
+
+// drop forgets a lane's queued work; the store still holds it pending.
+func (d *Dispatcher) drop(l *lane) {
+	for _, q := range [][]core.Job{l.fresh, l.backlog} {
+		for _, j := range q {
+			delete(l.known, j.Delivery.ID)
+		}
+	}
+	l.fresh, l.backlog = nil, nil
+}
+
+// start takes the lane's next job, honouring the backlog floor: at least
+// 20 % of the lane's concurrency goes to its oldest work, the rest to the
+// newest, and a share left unused spills over to the other.
+func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Time) {
+	reserve := max(1, int(math.Ceil(backlogFloor*float64(d.laneCap(sub)))))
+	var j core.Job
+	fromBacklog := len(l.backlog) > 0 && (l.inflightBacklog < reserve || len(l.fresh) == 0)
+	if fromBacklog {
+		j, l.backlog = l.backlog[0], l.backlog[1:]
+		l.inflightBacklog++
+	} else {
+		j, l.fresh = l.fresh[0], l.fresh[1:]
+	}
+	l.bucket.take()
+	h.aimdBucket.take()
+	probe := h.breaker.started()
+	h.inflight++
+	l.inflight++
+	d.work.Add(1)
+	go d.attempt(h, l, sub, j, fromBacklog, probe)
+}
+
+// schedule queues the host's next wake-up: the earliest moment something
+// could become possible without another event (a lane's store work falls
+// due, a breaker lets a probe through, a pause ends, a token arrives).
+func (d *Dispatcher) schedule(h *host, now time.Time) {
+	var next time.Time
+	earliest := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for id, l := range h.lanes {
+		earliest(l.storeDue)
+		if l.queued() > 0 {
+			if sub, ok := d.cfg.Subs.Get(id); ok && l.inflight < d.laneCap(sub) {
+				earliest(l.bucket.nextToken(now))
+			}
+		}
+	}
+	if h.breaker.state == open {
+		earliest(h.breaker.retryAt)
+	}
+	earliest(h.pauseUntil)
+	if h.aimd.rate > 0 {
+		earliest(h.aimdBucket.nextToken(now))
+	}
+	if next.IsZero() || (h.wakeAt.After(now) && !next.Before(h.wakeAt)) {
+		return // nothing to wait for, or an earlier wake-up is queued
+	}
+	h.wakeAt = next
+	heap.Push(&d.wakes, wake{at: next, host: h.name})
+	if d.wakes[0].host == h.name {
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// forgetIdle drops lanes and hosts with nothing in memory, nothing
+// scheduled and nothing to remember, so memory follows active destinations.
+func (d *Dispatcher) forgetIdle(h *host) {
+	for id, l := range h.lanes {
+		if l.queued() == 0 && l.inflight == 0 && len(l.known) == 0 && !l.refilling && l.storeDue.IsZero() {
+			delete(h.lanes, id)
+		}
+	}
+	if len(h.lanes) == 0 && h.inflight == 0 && h.breaker.state == closed && h.aimd.rate == 0 && h.ramp.level == 0 {
 		delete(d.hosts, h.name)
 	}
 }
 
-// setStoreDue records that the store may hold due work for h at t and
-// schedules a wake-up for it.
-func (d *Dispatcher) setStoreDue(h *hostQueue, t time.Time) {
-	if h.storeDue.IsZero() || t.Before(h.storeDue) {
-		h.storeDue = t
-	}
-	d.schedule(h)
-}
-
-// schedule makes sure a wake-up is queued at or before h.storeDue.
-func (d *Dispatcher) schedule(h *hostQueue) {
-	if h.storeDue.IsZero() {
-		return
-	}
-	if h.wakeAt.IsZero() || h.storeDue.Before(h.wakeAt) {
-		h.wakeAt = h.storeDue
-		heap.Push(&d.wakes, wake{at: h.wakeAt, host: h.name})
-		if d.wakes[0].host == h.name {
-			select {
-			case d.kick <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-func (d *Dispatcher) refill(h *hostQueue, now time.Time) {
-	defer d.sends.Done()
+func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
+	defer d.work.Done()
 	d.mu.Lock()
-	exclude := make([]string, 0, len(h.known))
-	for id := range h.known {
+	exclude := make([]string, 0, len(l.known))
+	for id := range l.known {
 		exclude = append(exclude, id)
 	}
 	// Retry times not yet written: the store cannot report them yet.
 	var pendingRetry time.Time
-	for _, t := range h.retries {
+	for _, t := range l.retries {
 		if pendingRetry.IsZero() || t.Before(pendingRetry) {
 			pendingRetry = t
 		}
 	}
-	limit := d.cfg.Window - len(h.window)
+	limit := d.cfg.Window - len(l.backlog)
 	d.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
 	jobs, next, err := d.cfg.Store.DeliveryDue(ctx, store.DeliveryDueParams{
-		Host: h.name, Now: now, Limit: limit, Exclude: exclude,
+		SubscriptionID: l.subID, Now: now, Limit: limit, Exclude: exclude,
 	})
 	cancel()
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h.refilling = false
+	l.refilling = false
 	if err != nil {
 		if !d.stopping {
-			d.cfg.Log.Error("refilling host queue", "host", h.name, "err", err)
+			d.cfg.Log.Error("refilling a lane", "subscription", l.subID, "err", err)
 		}
-		h.storeDue = time.Time{}
-		d.setStoreDue(h, time.Now().Add(time.Second))
+		l.storeDue = time.Now().Add(time.Second)
+		d.pump(h, time.Now())
 		return
 	}
 	for _, j := range jobs {
-		if !h.known[j.Delivery.ID] {
-			h.known[j.Delivery.ID] = true
-			h.window = append(h.window, j)
+		if !l.known[j.Delivery.ID] {
+			l.known[j.Delivery.ID] = true
+			l.backlog = append(l.backlog, j)
 		}
 	}
 	due := next
@@ -298,40 +437,65 @@ func (d *Dispatcher) refill(h *hostQueue, now time.Time) {
 	if !pendingRetry.IsZero() && (due.IsZero() || pendingRetry.Before(due)) {
 		due = pendingRetry
 	}
-	h.storeDue = time.Time{}
-	if !due.IsZero() {
-		d.setStoreDue(h, due)
-	}
+	l.storeDue = due
 	d.pump(h, time.Now())
 }
 
 // attempt sends one delivery and turns the outcome into its next state.
-func (d *Dispatcher) attempt(h *hostQueue, sub *core.Subscription, j core.Job) {
-	defer d.sends.Done()
-	start := time.Now()
-	out := d.cfg.Sender.Send(d.sendCtx, sub, &j, start)
+func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j core.Job, fromBacklog, probe bool) {
+	defer d.work.Done()
+	out := d.cfg.Sender.Send(d.sendCtx, sub, &j, time.Now())
 	r := nextState(sub, &j.Delivery, out)
 	r.host = h.name
-	if r.State == core.DeliveryPending {
-		d.mu.Lock()
-		h.retries[j.Delivery.ID] = r.NextAttemptAt
-		d.mu.Unlock()
-	}
-	d.results.add(r)
 
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	now := time.Now()
 	h.inflight--
-	if r.State == core.DeliveryPending {
-		d.setStoreDue(h, r.NextAttemptAt)
+	l.inflight--
+	if fromBacklog {
+		l.inflightBacklog--
 	}
-	d.pump(h, time.Now())
+	d.observe(h, sub.ID, out, probe, now)
+	if r.State == core.DeliveryPending {
+		l.retries[j.Delivery.ID] = r.NextAttemptAt
+		l.due(r.NextAttemptAt)
+	}
+	d.pump(h, now)
+	d.mu.Unlock()
+
+	d.results.add(r)
+}
+
+// observe feeds one outcome to the host's admission state and the
+// subscription's health.
+func (d *Dispatcher) observe(h *host, subID string, out send.Outcome, probe bool, now time.Time) {
+	// A failure, for the breaker, is the endpoint not coping: timeouts,
+	// connection errors, 5xx. A 4xx is an answer; a 429 is handled by rate.
+	failed := out.Class == send.Retry && out.StatusCode != 429
+	if h.breaker.record(now, failed, probe) {
+		h.ramp.start(now)
+	}
+	if out.StatusCode == 429 {
+		ok, fail := h.breaker.counts(now, observedRateWindow)
+		h.aimd.cut(now, float64(ok+fail)/observedRateWindow.Seconds())
+	}
+	if out.RetryAfter > 0 && (out.StatusCode == 429 || out.StatusCode == 503) {
+		if t := now.Add(out.RetryAfter); t.After(h.pauseUntil) {
+			h.pauseUntil = t
+		}
+	}
+	hs := d.health[subID]
+	if hs == nil {
+		hs = &subHealth{}
+		d.health[subID] = hs
+	}
+	hs.add(now, out)
 }
 
 // nextState applies the retry policy to one attempt's outcome.
 func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) result {
 	n := dl.AttemptCount + 1
-	r := result{subID: sub.ID}
+	r := result{subID: sub.ID, ordered: dl.Sequence > 0}
 	r.Attempt = core.Attempt{
 		DeliveryID: dl.ID, N: n, StartedAt: out.StartedAt, Duration: out.Duration,
 		StatusCode: out.StatusCode, Error: out.Err, Response: out.Response,
@@ -366,6 +530,8 @@ func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) resu
 func (d *Dispatcher) written(batch []result) {
 	var disable []result
 	d.mu.Lock()
+	now := time.Now()
+	touched := map[*host]bool{}
 	for _, r := range batch {
 		if r.disable != "" {
 			disable = append(disable, r)
@@ -374,9 +540,19 @@ func (d *Dispatcher) written(batch []result) {
 		if h == nil {
 			continue
 		}
-		delete(h.known, r.Attempt.DeliveryID)
-		delete(h.retries, r.Attempt.DeliveryID)
-		d.pump(h, time.Now())
+		l := h.lanes[r.subID]
+		if l == nil {
+			continue
+		}
+		delete(l.known, r.Attempt.DeliveryID)
+		delete(l.retries, r.Attempt.DeliveryID)
+		if r.ordered && r.State != core.DeliveryPending {
+			l.due(now) // the next of its ordering key may go now
+		}
+		touched[h] = true
+	}
+	for h := range touched {
+		d.pump(h, now)
 	}
 	d.mu.Unlock()
 	for _, r := range disable {
@@ -385,7 +561,7 @@ func (d *Dispatcher) written(batch []result) {
 }
 
 // disable turns a subscription off after its endpoint said 410: the store
-// skips its pending deliveries, and the registry stops matching it as active.
+// skips its pending deliveries, and the registry stops treating it as active.
 func (d *Dispatcher) disable(subID, reason string) {
 	cur, ok := d.cfg.Subs.Get(subID)
 	if !ok || cur.State == core.SubDisabled {
@@ -422,9 +598,6 @@ func (d *Dispatcher) loop() {
 					h.wakeAt = time.Time{}
 				}
 				d.pump(h, now)
-				if h.storeDue.After(now) {
-					d.schedule(h) // storeDue moved later than this wake-up
-				}
 			}
 		}
 		next := time.Hour
@@ -448,17 +621,24 @@ func (d *Dispatcher) loop() {
 	}
 }
 
-// resync asks the store for every host with pending work, so nothing
-// pending is forgotten whatever the hand-offs missed.
+// resync asks the store for every subscription with pending work, so
+// nothing pending is forgotten whatever the hand-offs missed.
 func (d *Dispatcher) resync(ctx context.Context) error {
-	due, err := d.cfg.Store.DeliveryPendingHosts(ctx, nil)
+	due, err := d.cfg.Store.DeliveryPendingSubscriptions(ctx, nil)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, hd := range due {
-		d.setStoreDue(d.host(hd.Host), hd.NextAttemptAt)
+	now := time.Now()
+	touched := map[*host]bool{}
+	for _, sd := range due {
+		h, l := d.lane(sd.Host, sd.SubscriptionID)
+		l.due(sd.NextAttemptAt)
+		touched[h] = true
+	}
+	for h := range touched {
+		d.pump(h, now)
 	}
 	return nil
 }

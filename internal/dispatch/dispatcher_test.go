@@ -110,7 +110,11 @@ func (d *Dispatcher) held(host string) (window, known int) {
 	if h == nil {
 		return 0, 0
 	}
-	return len(h.window), len(h.known)
+	for _, l := range h.lanes {
+		window += l.queued()
+		known += len(l.known)
+	}
+	return window, known
 }
 
 func TestPendingWorkLeftInStoreIsSentOnStart(t *testing.T) {
@@ -157,7 +161,7 @@ func TestHungHostHoldsOnlyItsCapAndOthersFlow(t *testing.T) {
 
 	// With the hung host's cap full, the healthy host still delivers everything.
 	ids := b.pending(t, healthy, 100)
-	d.Wake(healthy.Host)
+	d.Wake(healthy.Host, healthy.ID)
 	for _, id := range ids {
 		testenv.Eventually(t, 10*time.Second, "healthy delivery "+id, func() bool {
 			return b.state(t, id).State == core.DeliveryDelivered

@@ -13,6 +13,7 @@ type result struct {
 	store.AttemptResult
 	host    string
 	subID   string
+	ordered bool   // its lane's next delivery of the same key waits for this one
 	disable string // non-empty: disable the subscription with this reason once written
 }
 

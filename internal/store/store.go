@@ -73,17 +73,23 @@ type Store interface {
 	// (RoundStart = AttemptCount). ErrNotFound if absent; ErrConflict if it is
 	// already pending or its subscription is deleted.
 	DeliveryReplay(ctx context.Context, tenantID, id string, now time.Time) (core.Delivery, error)
-	// DeliveryDue returns up to p.Limit pending deliveries for p.Host that are
-	// due at p.Now and whose subscription is active, ordered by
-	// (next_attempt_at, id), with their events, skipping IDs in p.Exclude. It
-	// also returns the earliest next_attempt_at after p.Now among the host's
-	// pending deliveries of active subscriptions (zero if none), so the caller
-	// knows when to ask again.
+	// DeliveryDue returns up to p.Limit pending deliveries of subscription
+	// p.SubscriptionID that are due at p.Now, if the subscription is active,
+	// ordered by (next_attempt_at, id), with their events, skipping IDs in
+	// p.Exclude. For an ordered subscription only the head of each ordering
+	// key is returned: a delivery with a pending predecessor (same key, lower
+	// sequence) waits. It also returns the earliest next_attempt_at after p.Now
+	// among the subscription's pending deliveries (zero if none or not
+	// active), so the caller knows when to ask again.
 	DeliveryDue(ctx context.Context, p DeliveryDueParams) ([]core.Job, time.Time, error)
-	// DeliveryPendingHosts lists every host with pending deliveries of active
-	// subscriptions on the given shards (nil: all), each with its earliest
-	// next_attempt_at.
-	DeliveryPendingHosts(ctx context.Context, shards []int) ([]HostDue, error)
+	// DeliveryPendingSubscriptions lists every active subscription with
+	// pending deliveries on the given shards (nil: all), each with its host and
+	// earliest next_attempt_at.
+	DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]SubscriptionDue, error)
+	// DeliveryStats counts a live subscription's pending and failed
+	// deliveries (within retention) with the oldest of each. ErrNotFound if
+	// absent, deleted or another tenant's.
+	DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (DeliveryStats, error)
 	// DeliveryRecordResults writes attempt outcomes in ONE transaction: each
 	// attempt row is inserted (a repeat of the same delivery and N is
 	// ignored), and its delivery is updated only if it is still pending and
@@ -126,15 +132,23 @@ type DeliveryListParams struct {
 }
 
 type DeliveryDueParams struct {
-	Host    string
-	Now     time.Time
-	Limit   int
-	Exclude []string
+	SubscriptionID string
+	Now            time.Time
+	Limit          int
+	Exclude        []string
 }
 
-type HostDue struct {
-	Host          string
-	NextAttemptAt time.Time
+type SubscriptionDue struct {
+	SubscriptionID string
+	Host           string
+	NextAttemptAt  time.Time
+}
+
+type DeliveryStats struct {
+	Pending         int
+	OldestPendingAt time.Time // created_at of the oldest pending delivery; zero if none
+	Failed          int
+	OldestFailedAt  time.Time // created_at of the oldest failed delivery; zero if none
 }
 
 // AttemptResult is one finished attempt and the delivery's state after it.

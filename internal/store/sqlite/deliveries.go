@@ -121,26 +121,31 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 	return d, nil
 }
 
-// dueQuery and nextDueQuery walk deliveries_host_due from (host, oldest);
-// tests check the plan.
+// dueQuery walks deliveries_subscription_due from (subscription, oldest).
+// For an ordered subscription a delivery waits while an earlier one of its
+// ordering key is pending (deliveries_key_line answers that); tests check
+// the plan.
 const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
 	d.state, d.attempt_count, d.round_start, d.next_attempt_at, d.last_status, d.last_error, d.sequence,
-	d.created_at, d.updated_at,
+	d.created_at, d.updated_at, d.ordering_key,
 	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at
-	FROM deliveries d INDEXED BY deliveries_host_due
-	JOIN subscriptions s ON s.id = d.subscription_id
+	FROM subscriptions s
+	JOIN deliveries d INDEXED BY deliveries_subscription_due ON d.subscription_id = s.id
 	JOIN events e ON e.id = d.event_id
-	WHERE d.host = ? AND d.state = 'pending' AND d.next_attempt_at <= ?
-	AND s.state = 'active' AND s.deleted_at IS NULL
-	AND d.id NOT IN (SELECT value FROM json_each(?))
+	WHERE s.id = ?1 AND s.state = 'active' AND s.deleted_at IS NULL
+	AND d.state = 'pending' AND d.next_attempt_at <= ?2
+	AND d.id NOT IN (SELECT value FROM json_each(?3))
+	AND (d.sequence = 0 OR NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_key_line
+		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
+		AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence))
 	ORDER BY d.next_attempt_at, d.id
-	LIMIT ?`
+	LIMIT ?4`
 
 const nextDueQuery = `SELECT d.next_attempt_at
-	FROM deliveries d INDEXED BY deliveries_host_due
-	JOIN subscriptions s ON s.id = d.subscription_id
-	WHERE d.host = ? AND d.state = 'pending' AND d.next_attempt_at > ?
-	AND s.state = 'active' AND s.deleted_at IS NULL
+	FROM subscriptions s
+	JOIN deliveries d INDEXED BY deliveries_subscription_due ON d.subscription_id = s.id
+	WHERE s.id = ?1 AND s.state = 'active' AND s.deleted_at IS NULL
+	AND d.state = 'pending' AND d.next_attempt_at > ?2
 	ORDER BY d.next_attempt_at
 	LIMIT 1`
 
@@ -167,7 +172,7 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 	}
 	defer tx.Rollback()
 	now := ns(p.Now)
-	rows, err := tx.QueryContext(ctx, dueQuery, p.Host, now, string(ex), limit)
+	rows, err := tx.QueryContext(ctx, dueQuery, p.SubscriptionID, now, string(ex), limit)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -176,7 +181,7 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 		return nil, time.Time{}, err
 	}
 	var next int64
-	err = tx.QueryRowContext(ctx, nextDueQuery, p.Host, now).Scan(&next)
+	err = tx.QueryRowContext(ctx, nextDueQuery, p.SubscriptionID, now).Scan(&next)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, time.Time{}, err
 	}
@@ -192,7 +197,7 @@ func collectJobs(rows *sql.Rows) ([]core.Job, error) {
 		var next, c, u, ec int64
 		if err := rows.Scan(&d.ID, &d.EventID, &d.SubscriptionID, &d.TenantID, &d.EventType, &d.Host,
 			&d.Shard, &d.State, &d.AttemptCount, &d.RoundStart, &next, &d.LastStatus, &d.LastError,
-			&d.Sequence, &c, &u,
+			&d.Sequence, &c, &u, &d.OrderingKey,
 			&e.ID, &e.TenantID, &e.Type, &e.Payload, &e.IdempotencyKey, &e.OrderingKey, &ec); err != nil {
 			return nil, err
 		}
@@ -202,26 +207,18 @@ func collectJobs(rows *sql.Rows) ([]core.Job, error) {
 	return jobs, rows.Err()
 }
 
-// pendingHostsQuery skip-scans deliveries_host_due: it hops from one host to
-// the next (an index seek each) and takes each host's earliest active row, so
-// it costs per host, not per pending delivery.
-const pendingHostsQuery = `WITH RECURSIVE hosts(host) AS (
-		SELECT (SELECT min(host) FROM deliveries INDEXED BY deliveries_host_due WHERE state = 'pending')
-		UNION ALL
-		SELECT (SELECT min(host) FROM deliveries INDEXED BY deliveries_host_due
-			WHERE state = 'pending' AND host > hosts.host)
-		FROM hosts WHERE hosts.host IS NOT NULL
-	)
-	SELECT h.host, (SELECT d.next_attempt_at
-		FROM deliveries d INDEXED BY deliveries_host_due
-		JOIN subscriptions s ON s.id = d.subscription_id
-		WHERE d.host = h.host AND d.state = 'pending'
-		AND s.state = 'active' AND s.deleted_at IS NULL
+// pendingSubscriptionsQuery takes each active subscription's earliest
+// pending row from deliveries_subscription_due: one index seek per
+// subscription, whatever its backlog.
+const pendingSubscriptionsQuery = `SELECT s.id, s.host,
+	(SELECT d.next_attempt_at FROM deliveries d INDEXED BY deliveries_subscription_due
+		WHERE d.subscription_id = s.id AND d.state = 'pending'
 		AND (?1 IS NULL OR d.shard IN (SELECT value FROM json_each(?1)))
-		ORDER BY d.next_attempt_at LIMIT 1)
-	FROM hosts h WHERE h.host IS NOT NULL`
+		ORDER BY d.next_attempt_at LIMIT 1) AS next
+	FROM subscriptions s
+	WHERE s.state = 'active' AND s.deleted_at IS NULL AND next IS NOT NULL`
 
-func (s *Store) DeliveryPendingHosts(ctx context.Context, shards []int) ([]store.HostDue, error) {
+func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]store.SubscriptionDue, error) {
 	var filter any // NULL: every shard
 	if shards != nil {
 		b, err := json.Marshal(shards)
@@ -230,24 +227,39 @@ func (s *Store) DeliveryPendingHosts(ctx context.Context, shards []int) ([]store
 		}
 		filter = string(b)
 	}
-	rows, err := s.r.QueryContext(ctx, pendingHostsQuery, filter)
+	rows, err := s.r.QueryContext(ctx, pendingSubscriptionsQuery, filter)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []store.HostDue{}
+	out := []store.SubscriptionDue{}
 	for rows.Next() {
-		var h store.HostDue
-		var next sql.NullInt64 // NULL: pending rows, none of them active
-		if err := rows.Scan(&h.Host, &next); err != nil {
+		var d store.SubscriptionDue
+		var next int64
+		if err := rows.Scan(&d.SubscriptionID, &d.Host, &next); err != nil {
 			return nil, err
 		}
-		if next.Valid {
-			h.NextAttemptAt = tm(next.Int64)
-			out = append(out, h)
-		}
+		d.NextAttemptAt = tm(next)
+		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
+	var st store.DeliveryStats
+	var oldestPending, oldestFailed sql.NullInt64
+	err := s.r.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
+		(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
+		(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
+		(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed')
+		FROM subscriptions s WHERE s.id = ? AND s.deleted_at IS NULL AND (? = '' OR s.tenant_id = ?)`,
+		subscriptionID, tenantID, tenantID).Scan(&st.Pending, &oldestPending, &st.Failed, &oldestFailed)
+	if err != nil {
+		return st, mapErr(err)
+	}
+	st.OldestPendingAt, st.OldestFailedAt = tm(oldestPending.Int64), tm(oldestFailed.Int64)
+	return st, nil
 }
 
 func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {

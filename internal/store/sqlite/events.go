@@ -10,7 +10,8 @@ import (
 )
 
 const deliveryColumns = `id, event_id, subscription_id, tenant_id, event_type, host, shard, state,
-	attempt_count, round_start, next_attempt_at, last_status, last_error, sequence, created_at, updated_at`
+	attempt_count, round_start, next_attempt_at, last_status, last_error, sequence, created_at, updated_at,
+	ordering_key`
 
 // batchStmts are prepared once per EventInsertBatch transaction.
 type batchStmts struct {
@@ -27,7 +28,7 @@ func prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, error) {
 		{&b.insEvent, `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`},
 		{&b.insDelivery, `INSERT INTO deliveries (` + deliveryColumns + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&b.subOrdered, `SELECT ordered FROM subscriptions WHERE id = ?`},
 		{&b.nextSeq, `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
 			ON CONFLICT (subscription_id, ordering_key) DO UPDATE SET last_sequence = last_sequence + 1
@@ -106,7 +107,7 @@ func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in 
 	copy(ds, in.Deliveries)
 	for i := range ds {
 		d := &ds[i]
-		d.Sequence = 0
+		d.Sequence, d.OrderingKey = 0, ev.OrderingKey
 		if ev.OrderingKey != "" {
 			o, ok := ordered[d.SubscriptionID]
 			if !ok {
@@ -136,7 +137,7 @@ func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in 
 func deliveryArgs(d *core.Delivery) []any {
 	return []any{d.ID, d.EventID, d.SubscriptionID, d.TenantID, d.EventType, d.Host, d.Shard,
 		string(d.State), d.AttemptCount, d.RoundStart, ns(d.NextAttemptAt), d.LastStatus, d.LastError,
-		d.Sequence, ns(d.CreatedAt), ns(d.UpdatedAt)}
+		d.Sequence, ns(d.CreatedAt), ns(d.UpdatedAt), d.OrderingKey}
 }
 
 func scanDelivery(sc scanner) (core.Delivery, error) {
@@ -144,7 +145,7 @@ func scanDelivery(sc scanner) (core.Delivery, error) {
 	var next, c, u int64
 	if err := sc.Scan(&d.ID, &d.EventID, &d.SubscriptionID, &d.TenantID, &d.EventType, &d.Host,
 		&d.Shard, &d.State, &d.AttemptCount, &d.RoundStart, &next, &d.LastStatus, &d.LastError,
-		&d.Sequence, &c, &u); err != nil {
+		&d.Sequence, &c, &u, &d.OrderingKey); err != nil {
 		return d, err
 	}
 	d.NextAttemptAt, d.CreatedAt, d.UpdatedAt = tm(next), tm(c), tm(u)

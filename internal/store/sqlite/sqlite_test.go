@@ -109,18 +109,18 @@ func TestPragmasOnEveryConnection(t *testing.T) {
 	check("write connection", func(q string, d any) error { return wc.QueryRowContext(ctx, q).Scan(d) })
 }
 
-// The hot dispatcher queries must walk the pending-by-host index, never scan
-// the table or sort.
-func TestDueQueriesUseHostIndex(t *testing.T) {
+// The hot dispatcher queries must walk the pending-by-subscription index,
+// never scan deliveries or sort.
+func TestDueQueriesUseSubscriptionIndex(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
 	}{
-		"due":           {dueQuery, []any{"h", 0, "[]", 10}},
-		"next due":      {nextDueQuery, []any{"h", 0}},
-		"pending hosts": {pendingHostsQuery, []any{nil}},
+		"due":                   {dueQuery, []any{"h", 0, "[]", 10}},
+		"next due":              {nextDueQuery, []any{"h", 0}},
+		"pending subscriptions": {pendingSubscriptionsQuery, []any{nil}},
 	} {
 		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q.sql, q.args...)
 		if err != nil {
@@ -137,7 +137,7 @@ func TestDueQueriesUseHostIndex(t *testing.T) {
 		}
 		rows.Close()
 		p := strings.Join(plan, "\n")
-		if !strings.Contains(p, "deliveries_host_due") || strings.Contains(p, "TEMP B-TREE") || strings.Contains(p, "SCAN d ") || strings.Contains(p, "SCAN deliveries") {
+		if !strings.Contains(p, "deliveries_subscription_due") || strings.Contains(p, "TEMP B-TREE") || strings.Contains(p, "SCAN d ") || strings.Contains(p, "SCAN deliveries") {
 			t.Fatalf("%s plan:\n%s", name, p)
 		}
 	}

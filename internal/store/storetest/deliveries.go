@@ -36,7 +36,7 @@ func testDeliveryDue(t *testing.T, s store.Store) {
 		noErr(t, "DeliveryDue", err)
 		return jobs, next
 	}
-	jobs, next := due(store.DeliveryDueParams{Host: host, Now: at(0), Limit: 10})
+	jobs, next := due(store.DeliveryDueParams{SubscriptionID: active.ID, Now: at(0), Limit: 10})
 	same(t, "due order", ids(jobs, jobID), []string{oldest.ID, tieA.ID, tieB.ID, late.ID})
 	if !next.Equal(at(5 * time.Second)) {
 		t.Fatalf("next due = %v, want %v", next, at(5*time.Second))
@@ -47,45 +47,50 @@ func testDeliveryDue(t *testing.T, s store.Store) {
 	noErr(t, "EventGet", err)
 	same(t, "job", jobs[0], core.Job{Delivery: d, Event: e})
 
-	jobs, _ = due(store.DeliveryDueParams{Host: host, Now: at(0), Limit: 2})
+	jobs, _ = due(store.DeliveryDueParams{SubscriptionID: active.ID, Now: at(0), Limit: 2})
 	same(t, "limited", ids(jobs, jobID), []string{oldest.ID, tieA.ID})
-	jobs, _ = due(store.DeliveryDueParams{Host: host, Now: at(0), Limit: 2, Exclude: []string{oldest.ID, tieB.ID}})
+	jobs, _ = due(store.DeliveryDueParams{SubscriptionID: active.ID, Now: at(0), Limit: 2, Exclude: []string{oldest.ID, tieB.ID}})
 	same(t, "excluding", ids(jobs, jobID), []string{tieA.ID, late.ID})
 
 	// Due means next_attempt_at <= Now.
-	jobs, next = due(store.DeliveryDueParams{Host: host, Now: at(-2 * time.Second), Limit: 10})
+	jobs, next = due(store.DeliveryDueParams{SubscriptionID: active.ID, Now: at(-2 * time.Second), Limit: 10})
 	same(t, "due at the boundary", ids(jobs, jobID), []string{oldest.ID, tieA.ID, tieB.ID})
 	if !next.Equal(at(-time.Second)) {
 		t.Fatalf("next due = %v, want %v", next, at(-time.Second))
 	}
 
-	jobs, _ = due(store.DeliveryDueParams{Host: "other.example:443", Now: at(0), Limit: 10})
-	same(t, "other host", ids(jobs, jobID), []string{other.ID})
+	jobs, _ = due(store.DeliveryDueParams{SubscriptionID: elsewhere.ID, Now: at(0), Limit: 10})
+	same(t, "other subscription", ids(jobs, jobID), []string{other.ID})
+	// A paused subscription has nothing due and nothing next.
+	jobs, next = due(store.DeliveryDueParams{SubscriptionID: paused.ID, Now: at(0), Limit: 10})
+	if len(jobs) != 0 || !next.IsZero() {
+		t.Fatalf("paused: %d jobs, next %v; want none", len(jobs), next)
+	}
 
 	// Nothing due yet: no jobs, and when to ask again.
-	jobs, next = due(store.DeliveryDueParams{Host: host, Now: at(-time.Hour), Limit: 10})
+	jobs, next = due(store.DeliveryDueParams{SubscriptionID: active.ID, Now: at(-time.Hour), Limit: 10})
 	if len(jobs) != 0 || !next.Equal(at(-3*time.Second)) {
 		t.Fatalf("early: %d jobs, next %v; want 0 and %v", len(jobs), next, at(-3*time.Second))
 	}
 	// Nothing pending later: zero time.
-	jobs, next = due(store.DeliveryDueParams{Host: host, Now: at(time.Hour), Limit: 10})
+	jobs, next = due(store.DeliveryDueParams{SubscriptionID: active.ID, Now: at(time.Hour), Limit: 10})
 	if len(jobs) != 6 || !next.IsZero() {
 		t.Fatalf("late: %d jobs, next %v; want 6 and zero", len(jobs), next)
 	}
-	jobs, next = due(store.DeliveryDueParams{Host: "nobody.example:443", Now: at(0), Limit: 10})
+	jobs, next = due(store.DeliveryDueParams{SubscriptionID: "sub_nobody", Now: at(0), Limit: 10})
 	if len(jobs) != 0 || !next.IsZero() {
-		t.Fatalf("unknown host: %d jobs, next %v", len(jobs), next)
+		t.Fatalf("unknown subscription: %d jobs, next %v", len(jobs), next)
 	}
 }
 
-func testDeliveryPendingHosts(t *testing.T, s store.Store) {
+func testDeliveryPendingSubscriptions(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a := f.tenant()
 	h1 := f.sub(a.ID, "h1.example:443")
 	h2 := f.sub(a.ID, "h2.example:443")
 	h3paused := f.sub(a.ID, "h3.example:443", func(s *core.Subscription) { s.State = core.SubPaused })
 	h4 := f.sub(a.ID, "h4.example:443")
-	h1paused := f.sub(a.ID, "h1.example:443", func(s *core.Subscription) { s.State = core.SubPaused })
+	h1b := f.sub(a.ID, "h1.example:443")
 
 	// Shards are whatever the caller wrote; pick distinct ones.
 	put := func(sub core.Subscription, shard int, next time.Time) core.Delivery {
@@ -96,28 +101,82 @@ func testDeliveryPendingHosts(t *testing.T, s store.Store) {
 	}
 	put(h1, 1, at(30*time.Second))
 	put(h1, 1, at(10*time.Second))
-	put(h1paused, 1, at(time.Second)) // not active: does not count
+	put(h1b, 1, at(time.Second)) // same host, its own lane
 	put(h2, 2, at(20*time.Second))
-	put(h3paused, 3, at(0))
+	put(h3paused, 3, at(0))   // not active: not listed
 	done := put(h4, 4, at(0)) // delivered: not pending
 	f.record(done, 1, 200, core.DeliveryDelivered, time.Time{})
 
-	hosts := func(shards []int) []store.HostDue {
+	list := func(shards []int) []store.SubscriptionDue {
 		t.Helper()
-		hs, err := s.DeliveryPendingHosts(f.ctx, shards)
-		noErr(t, "DeliveryPendingHosts", err)
-		sort.Slice(hs, func(i, j int) bool { return hs[i].Host < hs[j].Host })
-		return hs
+		ds, err := s.DeliveryPendingSubscriptions(f.ctx, shards)
+		noErr(t, "DeliveryPendingSubscriptions", err)
+		sort.Slice(ds, func(i, j int) bool { return ds[i].NextAttemptAt.Before(ds[j].NextAttemptAt) })
+		return ds
 	}
-	same(t, "all shards", hosts(nil), []store.HostDue{
-		{Host: "h1.example:443", NextAttemptAt: at(10 * time.Second)},
-		{Host: "h2.example:443", NextAttemptAt: at(20 * time.Second)},
+	same(t, "all shards", list(nil), []store.SubscriptionDue{
+		{SubscriptionID: h1b.ID, Host: "h1.example:443", NextAttemptAt: at(time.Second)},
+		{SubscriptionID: h1.ID, Host: "h1.example:443", NextAttemptAt: at(10 * time.Second)},
+		{SubscriptionID: h2.ID, Host: "h2.example:443", NextAttemptAt: at(20 * time.Second)},
 	})
-	same(t, "shard 2", hosts([]int{2, 3, 4}), []store.HostDue{
-		{Host: "h2.example:443", NextAttemptAt: at(20 * time.Second)},
+	same(t, "shard 2", list([]int{2, 3, 4}), []store.SubscriptionDue{
+		{SubscriptionID: h2.ID, Host: "h2.example:443", NextAttemptAt: at(20 * time.Second)},
 	})
-	if hs := hosts([]int{99}); len(hs) != 0 {
-		t.Fatalf("empty shard lists hosts %+v", hs)
+	if ds := list([]int{99}); len(ds) != 0 {
+		t.Fatalf("empty shard lists %+v", ds)
+	}
+}
+
+// testOrderedLines: an ordered subscription's delivery waits while an
+// earlier one of its key is pending; other keys flow.
+func testOrderedLines(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	sub := f.sub(a.ID, "ord.example:443", func(s *core.Subscription) { s.Ordered = true })
+	put := func(key string) core.Delivery {
+		e := ev(a.ID, "t")
+		e.OrderingKey = key
+		return f.insert(item(e, at(0), sub))[0].Deliveries[0]
+	}
+	p1, p2, q1, p3 := put("p"), put("p"), put("q"), put("p")
+	if p1.OrderingKey != "p" || p1.Sequence != 1 || p2.Sequence != 2 || q1.Sequence != 1 || p3.Sequence != 3 {
+		t.Fatalf("keys and sequences: %+v %+v %+v %+v", p1, p2, q1, p3)
+	}
+	due := func() []string {
+		t.Helper()
+		jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: sub.ID, Now: at(time.Hour), Limit: 10})
+		noErr(t, "DeliveryDue", err)
+		return ids(jobs, jobID)
+	}
+	same(t, "heads only", due(), []string{p1.ID, q1.ID})
+	// p1 retries later: p2 still waits behind it, q's line is free.
+	f.record(p1, 1, 500, core.DeliveryPending, at(2*time.Hour))
+	same(t, "p1 retrying", due(), []string{q1.ID})
+	// p1 fails for good: p2 becomes the head; p3 still waits.
+	f.record(p1, 2, 400, core.DeliveryFailed, time.Time{})
+	same(t, "p1 failed", due(), []string{p2.ID, q1.ID})
+	got, _ := f.getDelivery(p2.ID)
+	if got.OrderingKey != "p" {
+		t.Fatalf("stored ordering key %q", got.OrderingKey)
+	}
+}
+
+func testDeliveryStats(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	sub := f.sub(a.ID, "stats.example:443")
+	d1 := f.deliver(sub, at(0))
+	f.deliver(sub, at(0))
+	d3 := f.deliver(sub, at(0))
+	f.record(d1, 1, 400, core.DeliveryFailed, time.Time{})
+	f.record(d3, 1, 200, core.DeliveryDelivered, time.Time{})
+	st, err := s.DeliveryStats(f.ctx, a.ID, sub.ID)
+	noErr(t, "DeliveryStats", err)
+	if st.Pending != 1 || st.Failed != 1 || st.OldestPendingAt.IsZero() || !st.OldestFailedAt.Equal(d1.CreatedAt) {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := s.DeliveryStats(f.ctx, b.ID, sub.ID); err != store.ErrNotFound {
+		t.Fatalf("other tenant: %v, want ErrNotFound", err)
 	}
 }
 
@@ -215,7 +274,7 @@ func testDeliveryReplay(t *testing.T, s store.Store) {
 	if d, _ := f.getDelivery(failed.ID); d.RoundStart != 2 || d.AttemptCount != 2 {
 		t.Fatalf("replayed failed delivery: round start %d, attempts %d; want 2, 2", d.RoundStart, d.AttemptCount)
 	}
-	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: sub.Host, Now: now, Limit: 10})
+	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: sub.ID, Now: now, Limit: 10})
 	noErr(t, "DeliveryDue", err)
 	same(t, "due after replay", ids(jobs, jobID), []string{pending.ID, failed.ID, delivered.ID})
 

@@ -92,7 +92,7 @@ func testOutboxAllOrNothing(t *testing.T, s store.Store) {
 	if got := f.all(sub.ID); len(got) != 0 {
 		t.Fatalf("subscription has %d deliveries after a failed batch", len(got))
 	}
-	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: sub.Host, Now: at(time.Hour), Limit: 10})
+	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: sub.ID, Now: at(time.Hour), Limit: 10})
 	noErr(t, "DeliveryDue", err)
 	if len(jobs) != 0 {
 		t.Fatalf("due jobs after a failed batch: %v", ids(jobs, jobID))
@@ -213,7 +213,7 @@ func testConcurrentIngest(t *testing.T, s store.Store) {
 					return
 				}
 				// Readers run beside the writers.
-				if _, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: sub.Host, Now: at(0), Limit: 5}); err != nil {
+				if _, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: sub.ID, Now: at(0), Limit: 5}); err != nil {
 					errs <- err
 					return
 				}

@@ -41,7 +41,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OrderedSequence", testOrderedSequence},
 		{"EventGet", testEventGet},
 		{"DeliveryDue", testDeliveryDue},
-		{"DeliveryPendingHosts", testDeliveryPendingHosts},
+		{"DeliveryPendingSubscriptions", testDeliveryPendingSubscriptions},
+		{"OrderedLines", testOrderedLines},
+		{"DeliveryStats", testDeliveryStats},
 		{"DeliveryRecordResults", testDeliveryRecordResults},
 		{"DeliveryReplay", testDeliveryReplay},
 		{"DeliveryList", testDeliveryList},
@@ -124,7 +126,7 @@ func dlv(e core.Event, sub core.Subscription, next time.Time) core.Delivery {
 	return core.Delivery{
 		ID: core.NewID("dlv"), EventID: e.ID, SubscriptionID: sub.ID, TenantID: e.TenantID,
 		EventType: e.Type, Host: sub.Host, Shard: core.ShardOf(sub.Host), State: core.DeliveryPending,
-		NextAttemptAt: next, CreatedAt: e.CreatedAt, UpdatedAt: e.CreatedAt,
+		NextAttemptAt: next, CreatedAt: e.CreatedAt, UpdatedAt: e.CreatedAt, OrderingKey: e.OrderingKey,
 	}
 }
 

@@ -218,9 +218,14 @@ func testSubscriptionDeleteSkipsPending(t *testing.T, s store.Store) {
 	if st := f.state(otherPending.ID); st != core.DeliveryPending {
 		t.Fatalf("another subscription's delivery became %s", st)
 	}
-	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: "a.example:443", Now: at(time.Hour), Limit: 10})
+	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: doomed.ID, Now: at(time.Hour), Limit: 10})
 	noErr(t, "DeliveryDue", err)
-	same(t, "due after delete", ids(jobs, jobID), []string{otherPending.ID})
+	if len(jobs) != 0 {
+		t.Fatalf("due after delete: %v", ids(jobs, jobID))
+	}
+	jobs, _, err = s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: other.ID, Now: at(time.Hour), Limit: 10})
+	noErr(t, "DeliveryDue", err)
+	same(t, "the other subscription's", ids(jobs, jobID), []string{otherPending.ID})
 }
 
 func testSubscriptionDisableSkipsPending(t *testing.T, s store.Store) {
@@ -238,7 +243,7 @@ func testSubscriptionDisableSkipsPending(t *testing.T, s store.Store) {
 	if st := f.state(d1.ID); st != core.DeliveryPending {
 		t.Fatalf("pausing moved a pending delivery to %s", st)
 	}
-	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: sub.Host, Now: at(time.Hour), Limit: 10})
+	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: sub.ID, Now: at(time.Hour), Limit: 10})
 	noErr(t, "DeliveryDue", err)
 	if len(jobs) != 0 {
 		t.Fatalf("paused subscription has due jobs %v", ids(jobs, jobID))
@@ -280,12 +285,9 @@ func testSubscriptionHostChangeMovesPending(t *testing.T, s store.Store) {
 	if d, _ := f.getDelivery(done.ID); d.Host != sub.Host || d.Shard != core.ShardOf(sub.Host) {
 		t.Fatalf("delivered delivery moved to %s/%d", d.Host, d.Shard)
 	}
-	jobs, _, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{Host: moved.Host, Now: at(time.Hour), Limit: 10})
-	noErr(t, "DeliveryDue", err)
-	same(t, "due on the new host", ids(jobs, jobID), []string{pending.ID})
-	hs, err := s.DeliveryPendingHosts(f.ctx, nil)
-	noErr(t, "DeliveryPendingHosts", err)
-	same(t, "pending hosts", hs, []store.HostDue{{Host: moved.Host, NextAttemptAt: at(0)}})
+	hs, err := s.DeliveryPendingSubscriptions(f.ctx, nil)
+	noErr(t, "DeliveryPendingSubscriptions", err)
+	same(t, "pending subscriptions", hs, []store.SubscriptionDue{{SubscriptionID: sub.ID, Host: moved.Host, NextAttemptAt: at(0)}})
 
 	// A replay also lines up under the current host.
 	r, err := s.DeliveryReplay(f.ctx, a.ID, done.ID, at(time.Hour))

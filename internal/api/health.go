@@ -1,0 +1,51 @@
+package api
+
+import (
+	"net/http"
+	"time"
+)
+
+type healthJSON struct {
+	State                  string     `json:"state"`
+	DisabledReason         string     `json:"disabled_reason"`
+	Circuit                string     `json:"circuit"`
+	SuccessRate            *float64   `json:"success_rate"`
+	Pending                int        `json:"pending"`
+	LagSeconds             float64    `json:"lag_seconds"`
+	Failed                 int        `json:"failed"`
+	OldestFailedAt         *time.Time `json:"oldest_failed_at"`
+	LikelyConfigurationErr bool       `json:"likely_configuration_error"`
+	ConfigurationErrorCode *int       `json:"configuration_error_status,omitempty"`
+}
+
+// subscriptionHealth tells a customer whether their endpoint is keeping up,
+// and when it is not, why: circuit state, recent success, backlog and lag,
+// failures, and a hint when the failures look like a configuration error.
+func (s *Server) subscriptionHealth(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	st, err := s.Store.DeliveryStats(r.Context(), p.scope(), sub.ID)
+	if err != nil {
+		return err
+	}
+	h := s.Dispatch.Health(sub.Host, sub.ID)
+	out := healthJSON{
+		State: string(sub.State), DisabledReason: sub.DisabledReason, Circuit: h.Circuit,
+		SuccessRate: h.SuccessRate, Pending: st.Pending, Failed: st.Failed,
+		LikelyConfigurationErr: h.ConfigError,
+	}
+	if !st.OldestPendingAt.IsZero() {
+		out.LagSeconds = time.Since(st.OldestPendingAt).Seconds()
+	}
+	if !st.OldestFailedAt.IsZero() {
+		t := st.OldestFailedAt.UTC()
+		out.OldestFailedAt = &t
+	}
+	if h.ConfigError {
+		out.ConfigurationErrorCode = &h.ConfigCode
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -1,0 +1,226 @@
+package dispatch
+
+import (
+	"math"
+	"time"
+
+	"hookd/internal/core"
+)
+
+// Admission defaults (DESIGN.md "Dispatch").
+const (
+	breakerWindow      = 60 * time.Second // failure rate is measured over this
+	breakerMinVolume   = 20               // attempts in the window before the rate counts
+	breakerFailRatio   = 0.5
+	breakerFirstOpen   = 30 * time.Second
+	breakerMaxOpen     = 30 * time.Minute
+	rampStart          = 0.10 // share of the destination's rate admitted when it recovers
+	rampDuration       = 5 * time.Minute
+	rampHealthyRatio   = 0.9 // the ramp advances only while this share of attempts succeed
+	backlogFloor       = 0.2 // share of a lane's concurrency kept for its oldest work
+	aimdCut            = 0.5 // a 429 halves the destination's rate
+	aimdRecoverPerSec  = 0.05
+	aimdMinRate        = 0.5 // deliveries/s: a cut never stops a destination entirely
+	observedRateWindow = 10 * time.Second
+)
+
+type circuit int
+
+const (
+	closed circuit = iota
+	open
+	halfOpen
+)
+
+func (c circuit) String() string {
+	return [...]string{"closed", "open", "half_open"}[c]
+}
+
+// breaker is a host's circuit breaker: it opens on a failure rate over a
+// minimum volume (never a bare count), waits, lets exactly one probe through,
+// and closes only on that probe's success.
+type breaker struct {
+	state   circuit
+	secs    [int(breakerWindow / time.Second)]second // ring of per-second counts
+	retryAt time.Time                                // when an open breaker lets a probe through
+	backoff time.Duration                            // the last open period (before jitter)
+	probing bool                                     // the half-open probe is in flight
+}
+
+type second struct {
+	at       int64 // unix second this slot counts
+	ok, fail int
+}
+
+func (b *breaker) slot(now time.Time) *second {
+	s := &b.secs[now.Unix()%int64(len(b.secs))]
+	if s.at != now.Unix() {
+		*s = second{at: now.Unix()}
+	}
+	return s
+}
+
+// counts sums the window ending at now.
+func (b *breaker) counts(now time.Time, window time.Duration) (ok, fail int) {
+	from := now.Add(-window).Unix()
+	for _, s := range b.secs {
+		if s.at > from && s.at <= now.Unix() {
+			ok, fail = ok+s.ok, fail+s.fail
+		}
+	}
+	return ok, fail
+}
+
+// admits reports whether an attempt may start; it moves an open breaker
+// whose wait is over to half-open.
+func (b *breaker) admits(now time.Time) bool {
+	if b.state == open && !now.Before(b.retryAt) {
+		b.state, b.probing = halfOpen, false
+	}
+	switch b.state {
+	case open:
+		return false
+	case halfOpen:
+		return !b.probing
+	}
+	return true
+}
+
+// started notes an admitted attempt; in half-open it is the one probe.
+func (b *breaker) started() bool {
+	if b.state == halfOpen {
+		b.probing = true
+		return true
+	}
+	return false
+}
+
+// record counts an outcome and moves the state. It reports whether the
+// breaker just closed (the caller starts the recovery ramp).
+func (b *breaker) record(now time.Time, failed, probe bool) (closedNow bool) {
+	s := b.slot(now)
+	if failed {
+		s.fail++
+	} else {
+		s.ok++
+	}
+	switch {
+	case probe && !failed:
+		b.state, b.probing, b.backoff = closed, false, 0
+		b.secs = [len(b.secs)]second{} // a fresh start: old failures do not reopen it
+		return true
+	case probe && failed:
+		b.trip(now)
+	case b.state == closed:
+		ok, fail := b.counts(now, breakerWindow)
+		if n := ok + fail; n >= breakerMinVolume && float64(fail) >= breakerFailRatio*float64(n) {
+			b.trip(now)
+		}
+	}
+	return false
+}
+
+// trip opens the breaker for 30 s, doubling on each failed probe to 30 min, jittered.
+func (b *breaker) trip(now time.Time) {
+	if b.backoff == 0 {
+		b.backoff = breakerFirstOpen
+	} else {
+		b.backoff = min(2*b.backoff, breakerMaxOpen)
+	}
+	b.state, b.probing = open, false
+	b.retryAt = now.Add(core.Jitter(b.backoff))
+}
+
+// bucket is a token bucket with a burst of one: at most rate per second, evenly.
+type bucket struct {
+	rate   float64 // tokens per second; 0 means unlimited
+	tokens float64
+	last   time.Time
+}
+
+func (k *bucket) refill(now time.Time, rate float64) {
+	if k.rate != rate || k.last.IsZero() {
+		// A new rate starts with one token so the next send need not wait.
+		k.rate, k.tokens, k.last = rate, 1, now
+		return
+	}
+	k.tokens = math.Min(1, k.tokens+now.Sub(k.last).Seconds()*k.rate)
+	k.last = now
+}
+
+func (k *bucket) ready(now time.Time, rate float64) bool {
+	if rate <= 0 {
+		return true
+	}
+	k.refill(now, rate)
+	return k.tokens >= 1
+}
+
+func (k *bucket) take() {
+	if k.rate > 0 {
+		k.tokens--
+	}
+}
+
+// nextToken is when ready will next be true.
+func (k *bucket) nextToken(now time.Time) time.Time {
+	if k.rate <= 0 || k.tokens >= 1 {
+		return now
+	}
+	return now.Add(time.Duration((1 - k.tokens) / k.rate * float64(time.Second)))
+}
+
+// aimd is the destination's adaptive rate after 429s: each 429 halves it,
+// and it grows back additively until it reaches where it was, then lifts.
+type aimd struct {
+	rate    float64 // deliveries/s; 0 means not limited
+	ceiling float64 // the rate at the first cut: recovery ends there
+	last    time.Time
+}
+
+func (a *aimd) cut(now time.Time, observed float64) {
+	if a.rate == 0 {
+		a.ceiling = math.Max(observed, 1)
+		a.rate = a.ceiling
+	}
+	a.rate = math.Max(a.rate*aimdCut, aimdMinRate)
+	a.last = now
+}
+
+// current grows the rate by 5 % of its ceiling per second since the last look.
+func (a *aimd) current(now time.Time) float64 {
+	if a.rate == 0 {
+		return 0
+	}
+	a.rate += a.ceiling * aimdRecoverPerSec * now.Sub(a.last).Seconds()
+	a.last = now
+	if a.rate >= a.ceiling {
+		a.rate = 0
+	}
+	return a.rate
+}
+
+// ramp is the slow start after a breaker closes: the share of the
+// destination's concurrency and rate admitted, from 10 % to 100 % over five
+// minutes, advancing only while attempts succeed.
+type ramp struct {
+	level float64 // 0 or 1: no ramp
+	last  time.Time
+}
+
+func (r *ramp) start(now time.Time) { r.level, r.last = rampStart, now }
+
+func (r *ramp) factor(now time.Time, healthy bool) float64 {
+	if r.level == 0 || r.level >= 1 {
+		return 1
+	}
+	if healthy {
+		r.level += (1 - rampStart) * now.Sub(r.last).Seconds() / rampDuration.Seconds()
+	}
+	r.last = now
+	if r.level >= 1 {
+		r.level = 0
+		return 1
+	}
+	return r.level
+}
