@@ -54,6 +54,7 @@ type Dispatcher struct {
 	health   map[string]*subHealth // by subscription ID
 	wakes    wakeHeap
 	stopping bool
+	expiring bool          // an expireHeld pass is running
 	kick     chan struct{} // the earliest wake-up changed
 
 	sendCtx    context.Context
@@ -617,6 +618,7 @@ func (d *Dispatcher) loop() {
 				d.cfg.Log.Error("resync with store", "err", err)
 			}
 			cancel()
+			d.expireHeld()
 		}
 	}
 }
@@ -641,6 +643,77 @@ func (d *Dispatcher) resync(ctx context.Context) error {
 		d.pump(h, now)
 	}
 	return nil
+}
+
+// expireReason is the last_error of a delivery failed without an attempt.
+const expireReason = "retry window spent while the endpoint was unavailable (circuit open)"
+
+// expireHeld fails deliveries whose retry window ran out while their host's
+// breaker held them: held deliveries burn no attempts, so without this they
+// would wait forever instead of being failed (and kept for replay) after a day.
+func (d *Dispatcher) expireHeld() {
+	type lane struct {
+		host, sub string
+		cutoff    time.Time
+	}
+	var held []lane
+	d.mu.Lock()
+	if d.expiring || d.stopping {
+		d.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	for _, h := range d.hosts {
+		if h.breaker.state == closed {
+			continue
+		}
+		for id := range h.lanes {
+			if sub, ok := d.cfg.Subs.Get(id); ok {
+				held = append(held, lane{h.name, id, now.Add(-retryWindow(sub))})
+			}
+		}
+	}
+	if len(held) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	d.expiring = true
+	d.work.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.work.Done()
+		for _, hl := range held {
+			ctx, cancel := context.WithTimeout(d.sendCtx, time.Minute)
+			n, err := d.cfg.Store.DeliveryExpire(ctx, hl.sub, hl.cutoff, time.Now().UTC(), expireReason)
+			cancel()
+			if err != nil {
+				d.cfg.Log.Error("expiring held deliveries", "subscription", hl.sub, "err", err)
+			}
+			if n > 0 {
+				d.mu.Lock()
+				if h := d.hosts[hl.host]; h != nil {
+					if l := h.lanes[hl.sub]; l != nil {
+						d.drop(l) // what memory held may have just failed
+						l.due(time.Now())
+					}
+				}
+				d.mu.Unlock()
+			}
+		}
+		d.mu.Lock()
+		d.expiring = false
+		d.mu.Unlock()
+	}()
+}
+
+// retryWindow is how long a round of retries may last: the schedule plus
+// its largest jitter.
+func retryWindow(sub *core.Subscription) time.Duration {
+	var total time.Duration
+	for _, s := range sub.Schedule() {
+		total += s
+	}
+	return total * 6 / 5
 }
 
 type wake struct {

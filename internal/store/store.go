@@ -86,6 +86,11 @@ type Store interface {
 	// pending deliveries on the given shards (nil: all), each with its host and
 	// earliest next_attempt_at.
 	DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]SubscriptionDue, error)
+	// DeliveryExpire fails the subscription's pending deliveries whose
+	// current round of retries (from creation or the last replay) began
+	// before cutoff, with reason as last_error and no attempt: their retry
+	// window is spent while the endpoint could not be tried. Returns how many.
+	DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error)
 	// DeliveryStats counts a live subscription's pending and failed
 	// deliveries (within retention) with the oldest of each. ErrNotFound if
 	// absent, deleted or another tenant's.

@@ -110,9 +110,9 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 		// Back in line under the subscription's current host, which may
 		// have changed since the delivery was last sent.
 		d, err = scanDelivery(tx.QueryRowContext(ctx, `UPDATE deliveries
-			SET state = 'pending', round_start = attempt_count, next_attempt_at = ?, updated_at = ?,
-			host = ?, shard = ?
-			WHERE id = ? RETURNING `+deliveryColumns, ns(now), ns(now), host, core.ShardOf(host), id))
+			SET state = 'pending', round_start = attempt_count, round_started_at = ?, next_attempt_at = ?,
+			updated_at = ?, host = ?, shard = ?
+			WHERE id = ? RETURNING `+deliveryColumns, ns(now), ns(now), ns(now), host, core.ShardOf(host), id))
 		return err
 	})
 	if err != nil {
@@ -243,6 +243,32 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+// DeliveryExpire works in batches so one call never holds the writer long.
+func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error) {
+	total := 0
+	for {
+		var n int64
+		err := s.writeTx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = 'failed', last_error = ?, updated_at = ?
+				WHERE id IN (SELECT id FROM deliveries INDEXED BY deliveries_subscription_due
+					WHERE subscription_id = ? AND state = 'pending' AND round_started_at < ? LIMIT 1000)`,
+				reason, ns(now), subscriptionID, ns(cutoff))
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, mapErr(err)
+		}
+		total += int(n)
+		if n < 1000 {
+			return total, nil
+		}
+	}
 }
 
 func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {

@@ -27,8 +27,8 @@ func prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, error) {
 		{&b.findKey, `SELECT id FROM events WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''`},
 		{&b.insEvent, `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`},
-		{&b.insDelivery, `INSERT INTO deliveries (` + deliveryColumns + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&b.insDelivery, `INSERT INTO deliveries (` + deliveryColumns + `, round_started_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&b.subOrdered, `SELECT ordered FROM subscriptions WHERE id = ?`},
 		{&b.nextSeq, `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
 			ON CONFLICT (subscription_id, ordering_key) DO UPDATE SET last_sequence = last_sequence + 1
@@ -127,7 +127,7 @@ func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in 
 				}
 			}
 		}
-		if _, err := st.insDelivery.ExecContext(ctx, deliveryArgs(d)...); err != nil {
+		if _, err := st.insDelivery.ExecContext(ctx, append(deliveryArgs(d), ns(d.CreatedAt))...); err != nil {
 			return store.EventInsertResult{}, err
 		}
 	}

@@ -161,6 +161,36 @@ func testOrderedLines(t *testing.T, s store.Store) {
 	}
 }
 
+func testDeliveryExpire(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	sub, other := f.sub(a.ID, "x.example:443"), f.sub(a.ID, "x.example:443")
+	old := f.deliver(sub, at(0))  // created at(0) by the fixture
+	done := f.deliver(sub, at(0)) // delivered: untouched
+	f.record(done, 1, 200, core.DeliveryDelivered, time.Time{})
+	otherOld := f.deliver(other, at(0)) // another subscription: untouched
+	n, err := s.DeliveryExpire(f.ctx, sub.ID, at(time.Second), at(time.Hour), "retry window spent")
+	noErr(t, "DeliveryExpire", err)
+	if n != 1 {
+		t.Fatalf("expired %d, want 1", n)
+	}
+	d, attempts := f.getDelivery(old.ID)
+	if d.State != core.DeliveryFailed || d.LastError != "retry window spent" || len(attempts) != 0 || !d.UpdatedAt.Equal(at(time.Hour)) {
+		t.Fatalf("expired delivery %+v, %d attempts", d, len(attempts))
+	}
+	if f.state(done.ID) != core.DeliveryDelivered || f.state(otherOld.ID) != core.DeliveryPending {
+		t.Fatal("expire touched a delivered delivery or another subscription's")
+	}
+	// A replay starts a new round: not expired by the same cutoff.
+	_, err = s.DeliveryReplay(f.ctx, a.ID, old.ID, at(2*time.Second))
+	noErr(t, "DeliveryReplay", err)
+	n, err = s.DeliveryExpire(f.ctx, sub.ID, at(time.Second), at(time.Hour), "retry window spent")
+	noErr(t, "DeliveryExpire", err)
+	if n != 0 || f.state(old.ID) != core.DeliveryPending {
+		t.Fatalf("replayed delivery expired (%d)", n)
+	}
+}
+
 func testDeliveryStats(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a, b := f.tenant(), f.tenant()
