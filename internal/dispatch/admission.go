@@ -17,7 +17,7 @@ const (
 	rampStart          = 0.10 // share of the destination's rate admitted when it recovers
 	rampDuration       = 5 * time.Minute
 	rampHealthyRatio   = 0.9 // the ramp advances only while this share of attempts succeed
-	backlogFloor       = 0.2 // share of a lane's concurrency kept for its oldest work
+	backlogFloor       = 0.2 // share of a lane's starts kept for its oldest work
 	aimdCut            = 0.5 // a 429 halves the destination's rate
 	aimdRecoverPerSec  = 0.05
 	aimdMinRate        = 0.5 // deliveries/s: a cut never stops a destination entirely
@@ -138,14 +138,15 @@ type bucket struct {
 	last   time.Time
 }
 
+// refill accrues tokens at the rate in force since the last look; the rate
+// may change between looks (a ramp, an edited rate_limit).
 func (k *bucket) refill(now time.Time, rate float64) {
-	if k.rate != rate || k.last.IsZero() {
-		// A new rate starts with one token so the next send need not wait.
-		k.rate, k.tokens, k.last = rate, 1, now
-		return
+	if k.last.IsZero() {
+		k.tokens = 1 // a fresh bucket lets the first send go at once
+	} else {
+		k.tokens = math.Min(1, k.tokens+now.Sub(k.last).Seconds()*k.rate)
 	}
-	k.tokens = math.Min(1, k.tokens+now.Sub(k.last).Seconds()*k.rate)
-	k.last = now
+	k.rate, k.last = rate, now
 }
 
 func (k *bucket) ready(now time.Time, rate float64) bool {

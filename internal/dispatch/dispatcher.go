@@ -82,9 +82,11 @@ type lane struct {
 	subID string
 	// fresh holds deliveries handed over at ingest; backlog holds due
 	// deliveries fetched from the store, oldest first.
-	fresh, backlog  []core.Job
-	inflight        int
-	inflightBacklog int
+	fresh, backlog []core.Job
+	inflight       int
+	// backlogCredit grows by the backlog floor with every start while both
+	// queues hold work; a whole credit buys the backlog a start.
+	backlogCredit float64
 	// known holds every delivery of the lane in memory, in flight, or
 	// awaiting its result write: a refill must not fetch it again.
 	known map[string]bool
@@ -318,16 +320,22 @@ func (d *Dispatcher) drop(l *lane) {
 	l.fresh, l.backlog = nil, nil
 }
 
-// start takes the lane's next job, honouring the backlog floor: at least
-// 20 % of the lane's concurrency goes to its oldest work, the rest to the
-// newest, and a share left unused spills over to the other.
+// start takes the lane's next job, honouring the backlog floor: while both
+// new and old work wait, one start in five goes to the oldest, the rest to
+// the newest (so the backlog always drains and new work is not starved);
+// when one queue is empty the other takes every start.
 func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Time) {
-	reserve := max(1, int(math.Ceil(backlogFloor*float64(d.laneCap(sub)))))
 	var j core.Job
-	fromBacklog := len(l.backlog) > 0 && (l.inflightBacklog < reserve || len(l.fresh) == 0)
+	fromBacklog := len(l.fresh) == 0
+	if len(l.fresh) > 0 && len(l.backlog) > 0 {
+		l.backlogCredit += backlogFloor
+		if l.backlogCredit >= 1 {
+			l.backlogCredit--
+			fromBacklog = true
+		}
+	}
 	if fromBacklog {
 		j, l.backlog = l.backlog[0], l.backlog[1:]
-		l.inflightBacklog++
 	} else {
 		j, l.fresh = l.fresh[0], l.fresh[1:]
 	}
@@ -337,7 +345,7 @@ func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Ti
 	h.inflight++
 	l.inflight++
 	d.work.Add(1)
-	go d.attempt(h, l, sub, j, fromBacklog, probe)
+	go d.attempt(h, l, sub, j, probe)
 }
 
 // schedule queues the host's next wake-up: the earliest moment something
@@ -443,7 +451,7 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 }
 
 // attempt sends one delivery and turns the outcome into its next state.
-func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j core.Job, fromBacklog, probe bool) {
+func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j core.Job, probe bool) {
 	defer d.work.Done()
 	out := d.cfg.Sender.Send(d.sendCtx, sub, &j, time.Now())
 	r := nextState(sub, &j.Delivery, out)
@@ -453,9 +461,6 @@ func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j core.Jo
 	now := time.Now()
 	h.inflight--
 	l.inflight--
-	if fromBacklog {
-		l.inflightBacklog--
-	}
 	d.observe(h, sub.ID, out, probe, now)
 	if r.State == core.DeliveryPending {
 		l.retries[j.Delivery.ID] = r.NextAttemptAt

@@ -1,0 +1,616 @@
+//go:build !race
+
+package dispatch
+
+// The simulations run without the race detector: instrumented, a simulated
+// day takes minutes, and on go1.26.8 synctest timers fault under -race.
+// The race detector covers the same code in dispatcher_test.go and the
+// end-to-end tests, in real time.
+
+// A deterministic simulation: the real dispatcher, admission and store
+// driven under testing/synctest (time is fake and advances only when every
+// goroutine waits), sending to endpoints simulated in memory. A simulated
+// day runs in seconds.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/ingest"
+	"hookd/internal/send"
+	"hookd/internal/store"
+	"hookd/internal/store/sqlite"
+	"hookd/internal/subs"
+)
+
+// reply is how a simulated endpoint answers one attempt.
+type reply struct {
+	status     int
+	latency    time.Duration
+	retryAfter time.Duration
+	hang       bool // never answers: the attempt times out
+	refused    bool // connection refused at once
+}
+
+type behaviour = func(now time.Time, n int, eventID string) reply
+
+func ok(latency time.Duration) behaviour {
+	return func(time.Time, int, string) reply { return reply{status: 200, latency: latency} }
+}
+
+type simAttempt struct {
+	start, end time.Time
+	sub        string
+	eventID    string
+	seq        int64
+	key        string
+	class      send.Class
+}
+
+// endpoint is one simulated destination host.
+type endpoint struct {
+	host   string
+	behave func(now time.Time, n int, eventID string) reply
+
+	mu        sync.Mutex
+	attempts  []simAttempt
+	inflight  int
+	peak      int
+	delivered map[string]time.Time // event ID → first 2xx
+}
+
+func (e *endpoint) snapshot() []simAttempt {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.attempts)
+}
+
+type fleet map[string]*endpoint
+
+func (f fleet) Send(ctx context.Context, sub *core.Subscription, job *core.Job, now time.Time) send.Outcome {
+	ep := f[sub.Host]
+	ep.mu.Lock()
+	n := len(ep.attempts)
+	ep.inflight++
+	ep.peak = max(ep.peak, ep.inflight)
+	ep.mu.Unlock()
+
+	r := ep.behave(now, n, job.Event.ID)
+	out := send.Outcome{StartedAt: now}
+	wait := r.latency
+	if r.hang || wait >= sub.SendTimeout() {
+		wait = sub.SendTimeout()
+	}
+	timer := time.NewTimer(wait)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		timer.Stop()
+	}
+	switch {
+	case r.refused:
+		out.Class, out.Err = send.Retry, "connection refused"
+	case r.hang || r.latency >= sub.SendTimeout():
+		out.Class, out.Err = send.Retry, "timeout"
+	default:
+		out.StatusCode, out.RetryAfter = r.status, r.retryAfter
+		switch {
+		case r.status >= 200 && r.status < 300:
+			out.Class = send.Delivered
+		case r.status == 429 || r.status >= 500:
+			out.Class = send.Retry
+		case r.status == 410:
+			out.Class = send.Gone
+		default:
+			out.Class = send.Fail
+		}
+	}
+	end := time.Now()
+	out.Duration = end.Sub(now)
+
+	ep.mu.Lock()
+	ep.inflight--
+	ep.attempts = append(ep.attempts, simAttempt{start: now, end: end, sub: sub.ID, eventID: job.Event.ID,
+		seq: job.Delivery.Sequence, key: job.Event.OrderingKey, class: out.Class})
+	if out.Class == send.Delivered {
+		if _, seen := ep.delivered[job.Event.ID]; !seen {
+			ep.delivered[job.Event.ID] = end
+		}
+	}
+	ep.mu.Unlock()
+	return out
+}
+
+// sim is one simulated hookd node: real store (on tmpfs when there is one,
+// so fsync costs little), registry, ingest and dispatcher.
+type sim struct {
+	t      *testing.T
+	store  store.Store
+	subs   *subs.Registry
+	ingest *ingest.Ingester
+	d      *Dispatcher
+	fleet  fleet
+	mu     sync.Mutex
+	posted map[string]time.Time // event ID → created
+}
+
+func newSim(t *testing.T) *sim {
+	dir := t.TempDir()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "hookd-sim"); err == nil {
+			dir = d
+			t.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "sim.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sim{t: t, store: st, subs: subs.New(nil), fleet: fleet{}, posted: map[string]time.Time{}}
+	return s
+}
+
+// endpoint adds a subscription to "sim.<name>" events at its own host.
+func (s *sim) endpoint(name string, behave behaviour, edit ...func(*core.Subscription)) (*endpoint, core.Subscription) {
+	host := name + ".example:443"
+	ep := s.fleet[host]
+	if ep == nil {
+		ep = &endpoint{host: host, behave: behave, delivered: map[string]time.Time{}}
+		s.fleet[host] = ep
+	}
+	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host + "/",
+		Host: host, EventTypes: []string{"sim." + name}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		State: core.SubActive, CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()}
+	for _, e := range edit {
+		e(&sub)
+	}
+	if err := s.store.SubscriptionCreate(context.Background(), sub); err != nil {
+		s.t.Fatal(err)
+	}
+	s.subs.Put(sub)
+	return ep, sub
+}
+
+func (s *sim) start() {
+	s.d = New(Config{Store: s.store, Subs: s.subs, Sender: s.fleet,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := s.d.Start(context.Background()); err != nil {
+		s.t.Fatal(err)
+	}
+	s.ingest = ingest.New(s.store, s.subs, s.d.Notify)
+}
+
+// stop shuts the node down; every goroutine of the bubble must end.
+func (s *sim) stop() {
+	s.ingest.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.d.Stop(ctx)
+	s.store.Close()
+}
+
+func (s *sim) post(typ, key string) string {
+	res, err := s.ingest.Submit(context.Background(), core.Event{TenantID: core.DefaultTenant, Type: typ,
+		Payload: []byte(`{}`), OrderingKey: key})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.posted[res.EventID] = time.Now()
+	s.mu.Unlock()
+	return res.EventID
+}
+
+// traffic posts one event of typ every interval for span, in the background.
+func (s *sim) traffic(wg *sync.WaitGroup, typ string, interval, span time.Duration) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for end := time.Now().Add(span); time.Now().Before(end); {
+			s.post(typ, "")
+			time.Sleep(interval)
+		}
+	}()
+}
+
+func types(t ...string) func(*core.Subscription) {
+	return func(s *core.Subscription) { s.EventTypes = t }
+}
+
+func (s *sim) created(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.posted[id]
+}
+
+// lags returns each delivered event's ingest-to-first-delivery lag, sorted.
+func (s *sim) lags(ep *endpoint) []time.Duration {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	var out []time.Duration
+	for id, at := range ep.delivered {
+		out = append(out, at.Sub(s.created(id)))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+}
+
+func (s *sim) states(sub core.Subscription) map[core.DeliveryState]int {
+	out := map[core.DeliveryState]int{}
+	cursor := ""
+	for {
+		page, err := s.store.DeliveryList(context.Background(), store.DeliveryListParams{SubscriptionID: sub.ID, Cursor: cursor, Limit: 100})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, d := range page.Data {
+			out[d.State]++
+		}
+		if page.NextCursor == "" {
+			return out
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// healthyLags runs four fast endpoints, plus a hanging one taking a fifth
+// of the traffic when withHung, and returns the fast ones' lags.
+func healthyLags(t *testing.T, withHung bool) (lags []time.Duration, hungPeak int) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var fast []*endpoint
+		for i := range 4 {
+			ep, _ := s.endpoint(fmt.Sprintf("fast%d", i), ok(50*time.Millisecond))
+			fast = append(fast, ep)
+		}
+		hung, _ := s.endpoint("hung", func(time.Time, int, string) reply { return reply{hang: true} })
+		s.start()
+		var wg sync.WaitGroup
+		for i := range 4 {
+			s.traffic(&wg, fmt.Sprintf("sim.fast%d", i), 200*time.Millisecond, 10*time.Minute)
+		}
+		if withHung {
+			s.traffic(&wg, "sim.hung", 200*time.Millisecond, 10*time.Minute)
+		}
+		wg.Wait()
+		time.Sleep(time.Minute) // let the last deliveries land
+		for _, ep := range fast {
+			lags = append(lags, s.lags(ep)...)
+		}
+		hungPeak = hung.peak
+		s.stop()
+	})
+	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
+	return lags, hungPeak
+}
+
+func TestSimHangingEndpointCostsOthersNothing(t *testing.T) {
+	base, _ := healthyLags(t, false)
+	with, peak := healthyLags(t, true)
+	if peak > core.DefaultHostConcurrency {
+		t.Errorf("hanging endpoint held %d attempts at once, cap is %d", peak, core.DefaultHostConcurrency)
+	}
+	if len(with) != len(base) || len(base) != 4*5*600 {
+		t.Fatalf("healthy deliveries: %d with the hanging endpoint, %d without; want %d each", len(with), len(base), 4*5*600)
+	}
+	// Tolerance: 25 ms on the median and p99 (a flush interval and change).
+	for _, p := range []float64{0.5, 0.99} {
+		b, w := pct(base, p), pct(with, p)
+		if w-b > 25*time.Millisecond {
+			t.Errorf("p%.0f lag of healthy endpoints: %s with a hanging endpoint, %s without", p*100, w, b)
+		}
+		t.Logf("p%.0f healthy lag: %s alone, %s beside a hanging endpoint", p*100, b, w)
+	}
+}
+
+func TestSimBreakerOpensOnVolumeAndProbesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, sub := s.endpoint("err", func(time.Time, int, string) reply { return reply{status: 500, latency: 10 * time.Millisecond} })
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.err", 500*time.Millisecond, 2*time.Hour)
+		wg.Wait()
+		if h := s.d.Health(sub.Host, sub.ID); h.Circuit == "closed" {
+			t.Errorf("circuit %s after two hours of 500s", h.Circuit)
+		}
+		s.stop()
+
+		at := ep.snapshot()
+		// Opening: not before the minimum volume, and within it plus what
+		// was already in flight.
+		first := 0
+		for first+1 < len(at) && at[first+1].start.Sub(at[first].start) < 20*time.Second {
+			first++
+		}
+		opened := first + 1
+		if opened < breakerMinVolume || opened > breakerMinVolume+core.DefaultHostConcurrency {
+			t.Fatalf("%d attempts before the breaker opened, want %d..%d", opened, breakerMinVolume, breakerMinVolume+core.DefaultHostConcurrency)
+		}
+		// Open: nothing but one probe per half-open window, each window
+		// at least the doubling back-off less its jitter.
+		backoff := breakerFirstOpen
+		for i := opened; i < len(at); i++ {
+			gap := at[i].start.Sub(at[i-1].start)
+			if gap < backoff*8/10 {
+				t.Fatalf("attempt %d came %s after the previous; the open period was %s", i, gap, backoff)
+			}
+			backoff = min(2*backoff, breakerMaxOpen)
+		}
+		probes := len(at) - opened
+		if probes < 4 || probes > 9 {
+			t.Errorf("%d probes in two hours, want 4..9 (30s doubling to 30min, ±20%%)", probes)
+		}
+		t.Logf("opened after %d attempts; %d probes in 2h; %d events posted", opened, probes, len(s.posted))
+	})
+}
+
+func TestSimOutageRecoveryFollowsRampAndRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		const rate = 10.0
+		start := time.Now()
+		upAt := start.Add(6 * time.Hour)
+		ep, sub := s.endpoint("down6h", func(now time.Time, n int, _ string) reply {
+			if now.Before(upAt) {
+				return reply{refused: true}
+			}
+			return reply{status: 200, latency: 20 * time.Millisecond}
+		}, func(sub *core.Subscription) { sub.RateLimit = rate })
+		s.start()
+		var wg sync.WaitGroup
+		// One event a second for the outage and an hour after it.
+		s.traffic(&wg, "sim.down6h", time.Second, 7*time.Hour)
+		wg.Wait()
+		time.Sleep(3 * time.Hour)
+		states := s.states(sub)
+		s.stop()
+
+		at := ep.snapshot()
+		var closedAt time.Time
+		perSec := map[int64]int{}
+		for _, a := range at {
+			if a.class != send.Delivered {
+				continue
+			}
+			if closedAt.IsZero() {
+				closedAt = a.end // the successful probe closes the breaker
+			}
+			perSec[a.start.Unix()]++
+		}
+		if closedAt.IsZero() || closedAt.Sub(upAt) > 40*time.Minute {
+			t.Fatalf("breaker closed at %v, endpoint up at %v", closedAt, upAt)
+		}
+		// Every second: never above the rate limit, and during the ramp
+		// never above the ramped rate (10 % up to 100 % over five minutes).
+		for sec, n := range perSec {
+			since := time.Unix(sec, 0).Sub(closedAt).Seconds()
+			allowed := rate
+			if since >= 0 && since < rampDuration.Seconds() {
+				allowed = rate * min(1, rampStart+(1-rampStart)*(since+1)/rampDuration.Seconds())
+			}
+			if float64(n) > allowed+1 {
+				t.Errorf("%d deliveries in the second at +%.0fs after recovery, allowed %.1f", n, since, allowed)
+			}
+		}
+		// The backlog drained: every delivery of the day was delivered.
+		if states[core.DeliveryDelivered] != len(s.posted) || states[core.DeliveryPending] != 0 {
+			t.Errorf("states %v for %d events", states, len(s.posted))
+		}
+		// New work was not starved by the backlog: events posted after
+		// recovery arrived quickly even while six hours of backlog drained.
+		var fresh []time.Duration
+		for id, created := range s.posted {
+			if created.After(closedAt.Add(rampDuration)) {
+				fresh = append(fresh, ep.delivered[id].Sub(created))
+			}
+		}
+		sort.Slice(fresh, func(i, j int) bool { return fresh[i] < fresh[j] })
+		if p99 := pct(fresh, 0.99); p99 > 5*time.Second {
+			t.Errorf("new deliveries' p99 lag while the backlog drained: %s", p99)
+		}
+		// And the backlog was not starved by new work: it drained at about
+		// the rate left over, within an allowance for the ramp.
+		var last time.Time
+		for _, a := range at {
+			last = a.end
+		}
+		backlog := float64(upAt.Sub(start) / time.Second)
+		if drain := last.Sub(closedAt); drain > time.Duration(backlog/(rate-1)*float64(time.Second))+rampDuration+10*time.Minute {
+			t.Errorf("backlog of %.0f took %s to drain at %.0f/s", backlog, drain, rate)
+		}
+		t.Logf("breaker closed %s after the endpoint came back; %d delivered; %d attempts in all; new p99 lag %s",
+			closedAt.Sub(upAt), states[core.DeliveryDelivered], len(at), pct(fresh, 0.99))
+	})
+}
+
+func TestSimFairShareOnOneHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		slow := func(time.Time, int, string) reply { return reply{status: 200, latency: time.Second} }
+		ep, a := s.endpoint("shared", slow, types("sim.a"))
+		_, b := s.endpoint("shared", slow, types("sim.b"))
+		s.start()
+		// Both keep far more work queued than the host's cap can take.
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.a", 20*time.Millisecond, 5*time.Minute)
+		s.traffic(&wg, "sim.b", 20*time.Millisecond, 5*time.Minute)
+		time.Sleep(time.Minute) // steady state
+		from := time.Now()
+		time.Sleep(3 * time.Minute)
+		to := time.Now()
+		wg.Wait()
+		s.stop()
+
+		busy := map[string]time.Duration{}
+		for _, at := range ep.snapshot() {
+			if at.start.After(from) && at.end.Before(to) {
+				busy[at.sub] += at.end.Sub(at.start)
+			}
+		}
+		span := to.Sub(from)
+		ca, cb := busy[a.ID].Seconds()/span.Seconds(), busy[b.ID].Seconds()/span.Seconds()
+		if ep.peak > core.DefaultHostConcurrency {
+			t.Errorf("host held %d at once, cap %d", ep.peak, core.DefaultHostConcurrency)
+		}
+		half := float64(core.DefaultHostConcurrency) / 2
+		if ca < half*0.8 || ca > half*1.2 || cb < half*0.8 || cb > half*1.2 {
+			t.Errorf("mean in flight: %.2f and %.2f, want about %.1f each", ca, cb, half)
+		}
+		t.Logf("mean in flight on one host: %.2f and %.2f (cap %d)", ca, cb, core.DefaultHostConcurrency)
+	})
+}
+
+func TestSimOrderedKeysKeepOrderAndDoNotBlockEachOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		// The first attempt of every seventh event gets a 500.
+		var mu sync.Mutex
+		tried := map[string]bool{}
+		failFirst := map[string]bool{}
+		ep, _ := s.endpoint("ord", func(_ time.Time, _ int, id string) reply {
+			mu.Lock()
+			defer mu.Unlock()
+			first := !tried[id]
+			tried[id] = true
+			if first && failFirst[id] {
+				return reply{status: 500, latency: 50 * time.Millisecond}
+			}
+			return reply{status: 200, latency: 50 * time.Millisecond}
+		}, func(sub *core.Subscription) {
+			sub.Ordered = true
+			sub.RetrySchedule = []time.Duration{time.Second, time.Second, time.Second}
+		})
+		s.start()
+		const events, keys = 3000, 5
+		for i := range events {
+			id := s.post("sim.ord", fmt.Sprintf("k%d", i%keys))
+			if i%7 == 3 {
+				mu.Lock()
+				failFirst[id] = true
+				mu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Minute)
+		s.stop()
+
+		// Per key: an attempt of sequence n only after n-1 was delivered.
+		done := map[string]int64{}
+		for _, a := range ep.snapshot() {
+			if a.seq != done[a.key]+1 {
+				t.Fatalf("key %s: attempt of sequence %d while %d was the last delivered", a.key, a.seq, done[a.key])
+			}
+			if a.class == send.Delivered {
+				done[a.key] = a.seq
+			}
+		}
+		for k, last := range done {
+			if last != events/keys {
+				t.Errorf("key %s delivered up to %d, want %d", k, last, events/keys)
+			}
+		}
+		// A retrying event holds back only its own key: most events, whose
+		// key was not waiting on a retry, went at once.
+		lags := s.lags(ep)
+		if p50 := pct(lags, 0.5); p50 > 200*time.Millisecond {
+			t.Errorf("ordered p50 lag %s: keys block each other", p50)
+		}
+		t.Logf("ordered: %d events over %d keys in order; lag p50 %s p99 %s", events, keys, pct(lags, 0.5), pct(lags, 0.99))
+	})
+}
+
+// TestSimFleetForADayLosesNothing runs a day and a few hours against a
+// fleet of every kind of endpoint and checks each delivery ended as its
+// endpoint's behaviour dictates: delivered where the endpoint ever takes
+// it, failed (kept for replay) where it never does, none left pending.
+func TestSimFleetForADayLosesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		type kind struct {
+			name   string
+			behave behaviour
+			want   core.DeliveryState
+		}
+		kinds := []kind{
+			{"fast", ok(20 * time.Millisecond), core.DeliveryDelivered},
+			{"slow", ok(2 * time.Second), core.DeliveryDelivered},
+			{"hanging", func(time.Time, int, string) reply { return reply{hang: true} }, core.DeliveryFailed},
+			{"always500", func(time.Time, int, string) reply { return reply{status: 500} }, core.DeliveryFailed},
+			{"limited", func(_ time.Time, n int, _ string) reply {
+				if n%2 == 0 {
+					return reply{status: 429, retryAfter: 5 * time.Second}
+				}
+				return reply{status: 200, latency: 20 * time.Millisecond}
+			}, core.DeliveryDelivered},
+			{"flapping", func(now time.Time, _ int, _ string) reply {
+				if int(now.Sub(start)/(10*time.Minute))%2 == 1 {
+					return reply{refused: true}
+				}
+				return reply{status: 200, latency: 20 * time.Millisecond}
+			}, core.DeliveryDelivered},
+			{"down6h", func(now time.Time, _ int, _ string) reply {
+				if now.Sub(start) < 6*time.Hour {
+					return reply{status: 503}
+				}
+				return reply{status: 200, latency: 20 * time.Millisecond}
+			}, core.DeliveryDelivered},
+		}
+		subsByKind := map[string]core.Subscription{}
+		for _, k := range kinds {
+			_, sub := s.endpoint(k.name, k.behave)
+			subsByKind[k.name] = sub
+		}
+		s.start()
+		var wg sync.WaitGroup
+		for _, k := range kinds {
+			s.traffic(&wg, "sim."+k.name, 10*time.Second, 2*time.Hour)
+		}
+		wg.Wait()
+		time.Sleep(27 * time.Hour) // past the last event's retry window
+		for _, k := range kinds {
+			st := s.states(subsByKind[k.name])
+			if st[k.want] != 720 || len(st) != 1 {
+				t.Errorf("%s: %v, want all 720 %s", k.name, st, k.want)
+			}
+		}
+		s.stop()
+		for _, k := range kinds {
+			ep := s.fleet[k.name+".example:443"]
+			perDelivery := map[string]int{}
+			for _, a := range ep.snapshot() {
+				perDelivery[a.eventID]++
+			}
+			most := 0
+			for _, n := range perDelivery {
+				most = max(most, n)
+			}
+			if most > len(core.DefaultRetrySchedule)+1 {
+				t.Errorf("%s: a delivery was tried %d times, the schedule allows %d", k.name, most, len(core.DefaultRetrySchedule)+1)
+			}
+			if ep.peak > core.DefaultHostConcurrency {
+				t.Errorf("%s: %d attempts at once, cap %d", k.name, ep.peak, core.DefaultHostConcurrency)
+			}
+			t.Logf("%-9s %5d attempts for 720 events, at most %d for one, peak %d in flight", k.name, len(ep.snapshot()), most, ep.peak)
+		}
+	})
+}
