@@ -288,6 +288,13 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 	return st, nil
 }
 
+const (
+	insertAttemptSQL = `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, n) DO NOTHING`
+	updateResultSQL = `UPDATE deliveries SET attempt_count = ?, last_status = ?, last_error = ?, state = ?,
+		next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'pending' AND attempt_count < ?`
+)
+
 func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
 	if len(rs) == 0 {
 		return nil
@@ -296,16 +303,12 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 		// A result recorded twice (a retried call whose first commit did land)
 		// keeps the first row; attempt_count < n keeps a stale result from
 		// winding a delivery back.
-		insA, err := tx.PrepareContext(ctx, `INSERT INTO attempts
-			(delivery_id, n, started_at, duration_ns, status_code, error, response)
-			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, n) DO NOTHING`)
+		insA, err := s.inTx(ctx, tx, insertAttemptSQL)
 		if err != nil {
 			return err
 		}
 		defer insA.Close()
-		upd, err := tx.PrepareContext(ctx, `UPDATE deliveries SET attempt_count = ?, last_status = ?,
-			last_error = ?, state = ?, next_attempt_at = ?, updated_at = ?
-			WHERE id = ? AND state = 'pending' AND attempt_count < ?`)
+		upd, err := s.inTx(ctx, tx, updateResultSQL)
 		if err != nil {
 			return err
 		}

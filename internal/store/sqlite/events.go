@@ -13,28 +13,36 @@ const deliveryColumns = `id, event_id, subscription_id, tenant_id, event_type, h
 	attempt_count, round_start, next_attempt_at, last_status, last_error, sequence, created_at, updated_at,
 	ordering_key`
 
-// batchStmts are prepared once per EventInsertBatch transaction.
+const (
+	findKeySQL     = `SELECT id FROM events WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''`
+	insertEventSQL = `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	insertDeliverySQL = `INSERT INTO deliveries (` + deliveryColumns + `, round_started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	subOrderedSQL = `SELECT ordered FROM subscriptions WHERE id = ?`
+	nextSeqSQL    = `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
+		ON CONFLICT (subscription_id, ordering_key) DO UPDATE SET last_sequence = last_sequence + 1
+		RETURNING last_sequence`
+)
+
+// batchStmts are the hot statements bound to one EventInsertBatch transaction.
 type batchStmts struct {
 	findKey, insEvent, insDelivery, subOrdered, nextSeq *sql.Stmt
 }
 
-func prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, error) {
+func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, error) {
 	var b batchStmts
 	for _, p := range []struct {
 		st  **sql.Stmt
 		sql string
 	}{
-		{&b.findKey, `SELECT id FROM events WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''`},
-		{&b.insEvent, `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`},
-		{&b.insDelivery, `INSERT INTO deliveries (` + deliveryColumns + `, round_started_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
-		{&b.subOrdered, `SELECT ordered FROM subscriptions WHERE id = ?`},
-		{&b.nextSeq, `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
-			ON CONFLICT (subscription_id, ordering_key) DO UPDATE SET last_sequence = last_sequence + 1
-			RETURNING last_sequence`},
+		{&b.findKey, findKeySQL},
+		{&b.insEvent, insertEventSQL},
+		{&b.insDelivery, insertDeliverySQL},
+		{&b.subOrdered, subOrderedSQL},
+		{&b.nextSeq, nextSeqSQL},
 	} {
-		st, err := tx.PrepareContext(ctx, p.sql)
+		st, err := s.inTx(ctx, tx, p.sql)
 		if err != nil {
 			b.close()
 			return nil, err
@@ -58,7 +66,7 @@ func (s *Store) EventInsertBatch(ctx context.Context, batch []store.EventInsert)
 	}
 	var out []store.EventInsertResult
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		st, err := prepareBatch(ctx, tx)
+		st, err := s.prepareBatch(ctx, tx)
 		if err != nil {
 			return err
 		}

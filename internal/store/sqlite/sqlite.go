@@ -28,6 +28,23 @@ var _ store.Store = (*Store)(nil)
 type Store struct {
 	w *sql.DB // exactly one connection; BEGIN IMMEDIATE
 	r *sql.DB // read-only pool
+
+	stmts map[string]*sql.Stmt // hotWrites, prepared once on w at Open
+}
+
+// hotWrites are the statements every ingest and result batch runs.
+// Preparing costs more than running them, so each is prepared once on the
+// one writer connection and reused by every transaction.
+var hotWrites = []string{insertDeliverySQL, insertEventSQL, findKeySQL, subOrderedSQL, nextSeqSQL,
+	insertAttemptSQL, updateResultSQL}
+
+// inTx returns hot write statement q for use in tx.
+func (s *Store) inTx(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
+	st, ok := s.stmts[q]
+	if !ok {
+		return nil, fmt.Errorf("sqlite: statement not prepared at open: %.40s", q)
+	}
+	return tx.StmtContext(ctx, st), nil
 }
 
 // pragmas are applied by the driver to every new pooled connection.
@@ -93,7 +110,16 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{w: w, r: r}, nil
+	st := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}
+	for _, q := range hotWrites {
+		p, err := w.PrepareContext(ctx, q)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("sqlite: prepare: %w", err)
+		}
+		st.stmts[q] = p
+	}
+	return st, nil
 }
 
 // Migrate brings the schema of the database at path up to date and closes it.
@@ -107,6 +133,9 @@ func Migrate(ctx context.Context, path string) error {
 }
 
 func (s *Store) Close() error {
+	for _, st := range s.stmts {
+		st.Close()
+	}
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
