@@ -25,6 +25,7 @@ var v1Routes = []string{
 	"DELETE /v1/subscriptions/{id}",
 	"POST /v1/subscriptions/{id}/rotate-secret",
 	"GET /v1/subscriptions/{id}/deliveries",
+	"GET /v1/subscriptions/{id}/health",
 	"GET /v1/deliveries/{id}",
 	"POST /v1/deliveries/{id}/replay",
 }
