@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"time"
@@ -26,6 +28,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hostConc := fs.Int("host-concurrency", 10, "in-flight attempts allowed per destination host")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight sends may take to finish on SIGINT/SIGTERM")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pprofAddr := fs.String("pprof", "", "loopback address to serve the Go profiler on (/debug/pprof/), e.g. 127.0.0.1:6060; empty: off")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -48,6 +51,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *hostConc < 1 {
 		return fmt.Errorf("--host-concurrency must be at least 1")
 	}
+	if err := checkPprofAddr(*pprofAddr); err != nil {
+		return err
+	}
 	if *adminToken == "" {
 		*adminToken = "adm_" + api.NewAPIKey()[3:]
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
@@ -68,6 +74,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--addr: %w", err)
 	}
 	fmt.Fprintf(stdout, "hookd %s listening on http://%s (db %s)\n", version, ln.Addr(), *db)
+	if *pprofAddr != "" {
+		srv, pln, err := servePprof(*pprofAddr)
+		if err != nil {
+			ln.Close()
+			sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+			defer cancel()
+			a.Shutdown(sctx)
+			return err
+		}
+		defer srv.Close()
+		fmt.Fprintf(stdout, "profiler on http://%s/debug/pprof/\n", pln.Addr())
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ln) }()
@@ -96,4 +114,52 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "migrated %s\n", *db)
 	return st.Close()
+}
+
+// checkPprofAddr accepts only a loopback address for --pprof: profiles and
+// the command line leak internals (paths, tokens in flags, memory contents),
+// so they are never served beyond this machine. The host must be a loopback
+// IP or "localhost"; an empty host would listen on every interface.
+func checkPprofAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--pprof %q: not a host:port address like 127.0.0.1:6060: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.Unmap().IsLoopback() {
+		return fmt.Errorf("--pprof %q: must be a loopback address such as 127.0.0.1:6060 or [::1]:6060 (the profiler exposes process internals and has no authentication)", addr)
+	}
+	return nil
+}
+
+// servePprof serves the Go profiler on addr, which must be loopback. The
+// handlers are mounted on their own mux, never on the API's.
+func servePprof(addr string) (*http.Server, net.Listener, error) {
+	if err := checkPprofAddr(addr); err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--pprof: %w", err)
+	}
+	// "localhost" is resolved by the system: check what was actually bound.
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err != nil || !ap.Addr().Unmap().IsLoopback() {
+		ln.Close()
+		return nil, nil, fmt.Errorf("--pprof %q: bound %s, which is not loopback", addr, ln.Addr())
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return srv, ln, nil
 }

@@ -40,8 +40,8 @@ var (
 )
 
 // writeError maps any error to its status: the one table from application
-// errors to HTTP.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// errors to HTTP. It returns the error code answered.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
 	var ae *apiError
 	var fe *core.FieldError
 	switch {
@@ -59,6 +59,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 	}
 	writeJSON(w, ae.Status, map[string]any{"error": ae})
+	return ae.Code
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

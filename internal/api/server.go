@@ -15,6 +15,7 @@ import (
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
+	"hookd/internal/metrics"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -43,7 +44,10 @@ type Config struct {
 	Version    string
 	// Ready reports whether the node should take traffic (nil: always).
 	Ready func() error
-	Log   *slog.Logger
+	// Metrics is served on GET /metrics (nil: no such route) and counts
+	// rejected events.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 type Server struct {
@@ -68,8 +72,12 @@ func New(cfg Config) *Server {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
 	})
+	if cfg.Metrics != nil {
+		// No auth, as Prometheus expects: counts and timings only, no tenant data.
+		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
 	s.route("POST /v1/tenants", s.createTenant)
-	s.route("POST /v1/events", s.createEvent)
+	s.routeCounted("POST /v1/events", s.createEvent, cfg.Metrics.EventRejected)
 	s.route("GET /v1/events/{id}", s.getEvent)
 	s.route("POST /v1/subscriptions", s.createSubscription)
 	s.route("GET /v1/subscriptions", s.listSubscriptions)
@@ -108,14 +116,21 @@ type principal struct {
 type handler func(w http.ResponseWriter, r *http.Request, p principal) error
 
 // route registers an authenticated handler; its error becomes the answer.
-func (s *Server) route(pattern string, h handler) {
+func (s *Server) route(pattern string, h handler) { s.routeCounted(pattern, h, nil) }
+
+// routeCounted is route, and also tells rejected (nil: no one) the error
+// code of every error answer, authentication failures included.
+func (s *Server) routeCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
 			err = h(w, r, p)
 		}
 		if err != nil {
-			s.writeError(w, r, err)
+			code := s.writeError(w, r, err)
+			if rejected != nil {
+				rejected(code)
+			}
 		}
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"hookd/internal/api"
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
+	"hookd/internal/metrics"
 	"hookd/internal/send"
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
@@ -39,6 +40,7 @@ type App struct {
 	dispatch *dispatch.Dispatcher
 	ingest   *ingest.Ingester
 	http     *http.Server
+	metrics  *metrics.Metrics
 	stopping atomic.Bool
 }
 
@@ -66,20 +68,24 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	reg := subs.New(all)
 	guard := send.NewGuard(cfg.AllowNetworks)
-	a := &App{cfg: cfg, store: st}
+	// Each node has its own registry: several nodes in one process (tests,
+	// benchmarks) never collide.
+	a := &App{cfg: cfg, store: st, metrics: metrics.New()}
 	a.dispatch = dispatch.New(dispatch.Config{
 		Store: st, Subs: reg, Log: cfg.Log,
 		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version}),
 		HostConcurrency: cfg.HostConcurrency,
+		Metrics:         a.metrics,
 	})
+	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
 	if err := a.dispatch.Start(ctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
 	}
-	a.ingest = ingest.New(st, reg, a.dispatch.Notify)
+	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics))
 	handler := api.New(api.Config{
 		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Guard: guard,
-		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log,
+		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")

@@ -201,6 +201,12 @@ func (a *aimd) current(now time.Time) float64 {
 	return a.rate
 }
 
+// limiting reports whether a cut is still in force at now, as current
+// would find it, without moving the state.
+func (a *aimd) limiting(now time.Time) bool {
+	return a.rate > 0 && a.rate+a.ceiling*aimdRecoverPerSec*now.Sub(a.last).Seconds() < a.ceiling
+}
+
 // ramp is the slow start after a breaker closes: the share of the
 // destination's concurrency and rate admitted, from 10 % to 100 % over five
 // minutes, advancing only while attempts succeed.

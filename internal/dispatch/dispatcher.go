@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/metrics"
 	"hookd/internal/send"
 	"hookd/internal/store"
 	"hookd/internal/subs"
@@ -43,6 +44,8 @@ type Config struct {
 	// Resync is how often the store is asked for every subscription with
 	// pending work, a safety net behind hand-offs and wake-ups (default 30s).
 	Resync time.Duration
+	// Metrics receives attempt outcomes and finished deliveries (nil: none).
+	Metrics *metrics.Metrics
 }
 
 type Dispatcher struct {
@@ -456,6 +459,10 @@ func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j core.Jo
 	out := d.cfg.Sender.Send(d.sendCtx, sub, &j, time.Now())
 	r := nextState(sub, &j.Delivery, out)
 	r.host = h.name
+	if j.Delivery.RoundStart == 0 {
+		r.eventAt = j.Event.CreatedAt // a replay's lag would measure the operator, not us
+	}
+	d.cfg.Metrics.Attempt(r.outcome(), out.Duration)
 
 	d.mu.Lock()
 	now := time.Now()
@@ -534,6 +541,20 @@ func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) resu
 // written runs after a batch of results is durable: those deliveries are
 // now the store's to report again.
 func (d *Dispatcher) written(batch []result) {
+	if m := d.cfg.Metrics; m != nil {
+		for i := range batch {
+			r := &batch[i]
+			switch r.State {
+			case core.DeliveryDelivered:
+				m.Delivered()
+				if !r.eventAt.IsZero() {
+					m.Lag(r.Now.Sub(r.eventAt))
+				}
+			case core.DeliveryFailed:
+				m.Failed()
+			}
+		}
+	}
 	var disable []result
 	d.mu.Lock()
 	now := time.Now()
@@ -691,6 +712,7 @@ func (d *Dispatcher) expireHeld() {
 			ctx, cancel := context.WithTimeout(d.sendCtx, time.Minute)
 			n, err := d.cfg.Store.DeliveryExpire(ctx, hl.sub, hl.cutoff, time.Now().UTC(), expireReason)
 			cancel()
+			d.cfg.Metrics.Expired(n)
 			if err != nil {
 				d.cfg.Log.Error("expiring held deliveries", "subscription", hl.sub, "err", err)
 			}

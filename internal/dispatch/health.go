@@ -88,3 +88,37 @@ func (d *Dispatcher) Health(hostName, subID string) Health {
 	}
 	return hl
 }
+
+// Stats counts what the dispatcher holds in memory right now.
+type Stats struct {
+	Hosts        int // destination hosts
+	Lanes        int // (host, subscription) lanes
+	Window       int // deliveries queued, not yet started
+	Inflight     int // attempts in flight
+	BreakersOpen int // hosts whose circuit is open or half-open
+	RateLimited  int // hosts with a 429 rate cut in force
+}
+
+// Stats takes the lock once and counts; it reads admission state without
+// moving it. Cost is linear in hosts and lanes held, which follow active
+// destinations (idle ones are forgotten).
+func (d *Dispatcher) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	s := Stats{Hosts: len(d.hosts)}
+	for _, h := range d.hosts {
+		s.Lanes += len(h.lanes)
+		s.Inflight += h.inflight
+		for _, l := range h.lanes {
+			s.Window += l.queued()
+		}
+		if h.breaker.state != closed {
+			s.BreakersOpen++
+		}
+		if h.aimd.limiting(now) {
+			s.RateLimited++
+		}
+	}
+	return s
+}

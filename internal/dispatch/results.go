@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"hookd/internal/core"
+	"hookd/internal/metrics"
 	"hookd/internal/store"
 )
 
@@ -15,6 +17,22 @@ type result struct {
 	subID   string
 	ordered bool   // its lane's next delivery of the same key waits for this one
 	disable string // non-empty: disable the subscription with this reason once written
+	// eventAt is the event's acceptance, for the delivery-lag metric; zero
+	// when the attempt is in a replayed round.
+	eventAt time.Time
+}
+
+// outcome is what the attempt did to its delivery, for the attempts metric.
+func (r *result) outcome() metrics.Outcome {
+	switch {
+	case r.State == core.DeliveryDelivered:
+		return metrics.OutcomeDelivered
+	case r.State == core.DeliveryPending:
+		return metrics.OutcomeRetry
+	case r.disable != "":
+		return metrics.OutcomeGone
+	}
+	return metrics.OutcomeFail
 }
 
 // resultWriter writes attempt results in batches: one transaction per

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/metrics"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -43,6 +44,7 @@ type Ingester struct {
 	store  store.Store
 	subs   *subs.Registry
 	notify func([]core.Job)
+	m      *metrics.Metrics
 
 	in        chan request
 	closeOnce sync.Once
@@ -50,12 +52,22 @@ type Ingester struct {
 	done      chan struct{}
 }
 
-func New(st store.Store, reg *subs.Registry, notify func([]core.Job)) *Ingester {
+// Option configures an Ingester.
+type Option func(*Ingester)
+
+// WithMetrics counts accepted and repeated events, deliveries created and
+// group commits (size and duration).
+func WithMetrics(m *metrics.Metrics) Option { return func(in *Ingester) { in.m = m } }
+
+func New(st store.Store, reg *subs.Registry, notify func([]core.Job), opts ...Option) *Ingester {
 	in := &Ingester{
 		store: st, subs: reg, notify: notify,
 		in:   make(chan request, maxBatch*4),
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(in)
 	}
 	go in.loop()
 	return in
@@ -131,7 +143,9 @@ func (in *Ingester) commit(batch []request) {
 	}
 	// The commit outlives any one caller: it is shared by the whole batch.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	began := time.Now()
 	results, err := in.store.EventInsertBatch(ctx, inserts)
+	took := time.Since(began)
 	cancel()
 	if err != nil {
 		if len(batch) > 1 {
@@ -145,15 +159,23 @@ func (in *Ingester) commit(batch []request) {
 		return
 	}
 	var jobs []core.Job
+	var dups, skipped int
 	for i, r := range batch {
 		res := results[i]
 		r.reply <- reply{res: Result{EventID: res.EventID, Duplicate: res.Duplicate}}
+		if res.Duplicate {
+			dups++
+		}
 		for _, d := range res.Deliveries {
 			if d.State == core.DeliveryPending {
 				jobs = append(jobs, core.Job{Delivery: d, Event: inserts[i].Event})
+			} else if d.State == core.DeliverySkipped {
+				skipped++
 			}
 		}
 	}
+	in.m.Committed(len(batch)-dups, dups, took)
+	in.m.DeliveriesCreated(len(jobs), skipped)
 	if len(jobs) > 0 && in.notify != nil {
 		in.notify(jobs)
 	}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPprofAddrMustBeLoopback(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"", true}, // off
+		{"127.0.0.1:6060", true},
+		{"127.9.9.9:0", true},
+		{"[::1]:6060", true},
+		{"[::ffff:127.0.0.1]:6060", true},
+		{"localhost:6060", true},
+		{":6060", false}, // every interface
+		{"0.0.0.0:6060", false},
+		{"[::]:6060", false},
+		{"10.0.0.1:6060", false},
+		{"192.168.1.10:6060", false},
+		{"example.com:6060", false},
+		{"127.0.0.1", false}, // no port
+	} {
+		err := checkPprofAddr(c.addr)
+		if (err == nil) != c.ok {
+			t.Errorf("checkPprofAddr(%q) = %v, want ok=%v", c.addr, err, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--pprof") {
+			t.Errorf("checkPprofAddr(%q): error %q does not name the flag", c.addr, err)
+		}
+	}
+}
+
+// serve refuses a non-loopback --pprof (or HOOKD_PPROF) before opening
+// anything: no database file appears.
+func TestServeRefusesNonLoopbackPprof(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{"flag", []string{"--pprof", "0.0.0.0:6060"}, ""},
+		{"env", nil, "192.168.1.10:6060"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("HOOKD_PPROF", c.env)
+			db := filepath.Join(t.TempDir(), "hookd.db")
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t"}, c.args...)
+			err := run(context.Background(), args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), "loopback") {
+				t.Fatalf("serve %v with HOOKD_PPROF=%q: err = %v, want a refusal naming loopback", args, c.env, err)
+			}
+			if _, err := os.Stat(db); !os.IsNotExist(err) {
+				t.Errorf("database opened before the flag was refused (stat: %v)", err)
+			}
+		})
+	}
+}
+
+func TestPprofServesTheProfilerOnLoopback(t *testing.T) {
+	srv, ln, err := servePprof("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(body) == 0 {
+		t.Fatalf("GET /debug/pprof/cmdline: %d %q", resp.StatusCode, body)
+	}
+	if _, _, err := servePprof("0.0.0.0:0"); err == nil {
+		t.Fatal("servePprof listened on every interface")
+	}
+}
