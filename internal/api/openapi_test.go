@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"hookd/internal/metrics"
 )
 
 // v1Routes is every authenticated pattern New registers under /v1.
@@ -26,6 +28,8 @@ var v1Routes = []string{
 	"POST /v1/subscriptions/{id}/rotate-secret",
 	"GET /v1/subscriptions/{id}/deliveries",
 	"GET /v1/subscriptions/{id}/health",
+	"POST /v1/subscriptions/{id}/replay",
+	"GET /v1/replays/{id}",
 	"GET /v1/deliveries/{id}",
 	"POST /v1/deliveries/{id}/replay",
 }
@@ -35,12 +39,13 @@ var otherRoutes = []string{
 	"GET /healthz",
 	"GET /readyz",
 	"GET /openapi.json",
+	"GET /metrics",
 }
 
 var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 func TestRoutesAreServed(t *testing.T) {
-	s := New(Config{})
+	s := New(Config{Metrics: metrics.New()})
 	for _, pattern := range append(append([]string{}, v1Routes...), otherRoutes...) {
 		method, path, _ := strings.Cut(pattern, " ")
 		req := httptest.NewRequest(method, strings.ReplaceAll(path, "{id}", "x"), nil)

@@ -35,10 +35,13 @@ type Dispatcher interface {
 }
 
 type Config struct {
-	Store      store.Store
-	Subs       *subs.Registry
-	Ingest     *ingest.Ingester
-	Dispatch   Dispatcher
+	Store    store.Store
+	Subs     *subs.Registry
+	Ingest   *ingest.Ingester
+	Dispatch Dispatcher
+	// Replays is told when a bulk replay job is created (nil: it finds it
+	// at its next tick).
+	Replays    interface{ Kick() }
 	Guard      Guard
 	AdminToken string
 	Version    string
@@ -87,6 +90,8 @@ func New(cfg Config) *Server {
 	s.route("POST /v1/subscriptions/{id}/rotate-secret", s.rotateSecret)
 	s.route("GET /v1/subscriptions/{id}/deliveries", s.listDeliveries)
 	s.route("GET /v1/subscriptions/{id}/health", s.subscriptionHealth)
+	s.route("POST /v1/subscriptions/{id}/replay", s.replaySubscription)
+	s.route("GET /v1/replays/{id}", s.getReplay)
 	s.route("GET /v1/deliveries/{id}", s.getDelivery)
 	s.route("POST /v1/deliveries/{id}/replay", s.replayDelivery)
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

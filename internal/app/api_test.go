@@ -3,6 +3,7 @@ package app
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,5 +231,74 @@ func TestSubscriptionLifecycle(t *testing.T) {
 	ev := e.admin.Must(202, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}})
 	if ds := e.admin.Must(200, "GET", "/v1/events/"+ev["id"].(string), nil)["deliveries"].([]any); len(ds) != 0 {
 		t.Errorf("deleted subscription still matched: %v", ds)
+	}
+}
+
+func TestBulkReplayResendsWhatWasMissed(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	var down atomic.Bool
+	down.Store(true)
+	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			w.WriteHeader(http.StatusBadRequest) // a bad deploy: everything fails at once
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+	sub, _ := e.subscribe(e.admin, rc.URL, []string{"order.*", "invoice.*"}, nil)
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	var orders []string
+	for i := range 6 {
+		typ := "order.created"
+		if i%3 == 2 {
+			typ = "invoice.paid"
+		}
+		id := e.post(e.admin, typ, map[string]any{"i": i})
+		if typ == "order.created" {
+			orders = append(orders, id)
+		}
+		e.waitDelivery(e.onlyDelivery(id), "failed", 10*time.Second)
+	}
+	down.Store(false)
+	before := rc.Count()
+
+	// Only order.* events: the invoices stay failed.
+	out := e.admin.Must(http.StatusAccepted, "POST", "/v1/subscriptions/"+sub+"/replay",
+		map[string]any{"since": since, "event_types": []string{"order.created"}})
+	job := out["job_id"].(string)
+	var j map[string]any
+	testenv.Eventually(t, 10*time.Second, "replay job done", func() bool {
+		j = e.admin.Must(200, "GET", "/v1/replays/"+job, nil)
+		return j["state"] == "done"
+	})
+	if j["replayed"].(float64) != float64(len(orders)) {
+		t.Errorf("job replayed %v, want %d", j["replayed"], len(orders))
+	}
+	for _, id := range orders {
+		e.waitDelivery(e.onlyDelivery(id), "delivered", 10*time.Second)
+	}
+	got := map[string]int{}
+	for _, r := range rc.Requests()[before:] {
+		got[r.Header.Get("webhook-id")]++
+	}
+	if len(got) != len(orders) {
+		t.Errorf("replay resent %d events (%v), want the %d orders", len(got), got, len(orders))
+	}
+	// Bad input and other tenants.
+	if st, out := e.admin.Do("POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{}); st != 422 || errField(out) != "since" {
+		t.Errorf("no since: %d %v", st, out)
+	}
+	if st, out := e.admin.Do("POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since, "until": since}); st != 422 || errField(out) != "until" {
+		t.Errorf("until not after since: %d %v", st, out)
+	}
+	key := e.admin.Must(201, "POST", "/v1/tenants", map[string]any{})["api_key"].(string)
+	other := &testenv.Client{T: t, Base: e.base, Token: key}
+	if st, _ := other.Do("GET", "/v1/replays/"+job, nil); st != 404 {
+		t.Errorf("another tenant reads the job: %d", st)
+	}
+	if st, _ := other.Do("POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since}); st != 404 {
+		t.Errorf("another tenant replays: %d", st)
 	}
 }

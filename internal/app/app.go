@@ -19,6 +19,7 @@ import (
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
+	"hookd/internal/replay"
 	"hookd/internal/send"
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
@@ -39,6 +40,7 @@ type App struct {
 	store    store.Store
 	dispatch *dispatch.Dispatcher
 	ingest   *ingest.Ingester
+	replays  *replay.Runner
 	http     *http.Server
 	metrics  *metrics.Metrics
 	stopping atomic.Bool
@@ -83,8 +85,9 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
 	}
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics))
+	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
 	handler := api.New(api.Config{
-		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Guard: guard,
+		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics,
 		Ready: func() error {
 			if a.stopping.Load() {
@@ -116,6 +119,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.stopping.Store(true)
 	herr := a.http.Shutdown(ctx)
 	a.ingest.Close()
+	a.replays.Stop()
 	a.dispatch.Stop(ctx)
 	serr := a.store.Close()
 	return errors.Join(herr, serr)

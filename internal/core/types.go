@@ -137,3 +137,19 @@ type Job struct {
 	Delivery Delivery
 	Event    Event
 }
+
+// ReplayJob puts a subscription's failed and skipped deliveries created in
+// [Since, Until) back in line, in batches, so a recovered endpoint gets
+// what it missed without a flood.
+type ReplayJob struct {
+	ID             string
+	TenantID       string
+	SubscriptionID string
+	Since, Until   time.Time // Until zero: no upper bound
+	EventTypes     []string  // exact types; empty: all
+	Done           bool
+	Replayed       int    // deliveries put back in line so far
+	Cursor         string // the last delivery ID considered
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}

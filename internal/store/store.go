@@ -91,6 +91,19 @@ type Store interface {
 	// before cutoff, with reason as last_error and no attempt: their retry
 	// window is spent while the endpoint could not be tried. Returns how many.
 	DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error)
+	// ReplayJobCreate inserts a job (Done false, Replayed 0, Cursor "").
+	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
+	// ReplayJobGet returns a job of a live subscription. ErrNotFound if
+	// absent or another tenant's.
+	ReplayJobGet(ctx context.Context, tenantID, id string) (core.ReplayJob, error)
+	// ReplayJobsRunning lists the jobs not yet done, oldest first.
+	ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
+	// ReplayJobStep replays, in ONE transaction, up to limit of the job's
+	// matching deliveries after its cursor (by ID): failed and skipped ones
+	// become pending, due at now, in a new round; it advances the cursor and
+	// the count, and marks the job done when none are left or its
+	// subscription is gone. Returns the job after the step.
+	ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, error)
 	// DeliveryStats counts a live subscription's pending and failed
 	// deliveries (within retention) with the oldest of each. ErrNotFound if
 	// absent, deleted or another tenant's.

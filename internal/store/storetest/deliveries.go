@@ -408,3 +408,68 @@ func testDeliveryList(t *testing.T, s store.Store) {
 	noErr(t, "DeliveryList", err)
 	same(t, "listed delivery", page.Data, []core.Delivery{all[0]})
 }
+
+func testReplayJobs(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	sub := f.sub(a.ID, "replay.example:443")
+	var failed []core.Delivery
+	for i := range 5 {
+		d := f.deliver(sub, at(0))
+		if i == 2 {
+			f.record(d, 1, 200, core.DeliveryDelivered, time.Time{}) // delivered: not replayed
+			continue
+		}
+		f.record(d, 1, 400, core.DeliveryFailed, time.Time{})
+		failed = append(failed, d)
+	}
+	other := f.deliver(sub, at(0)) // another type, failed: filtered out below
+	f.record(other, 1, 400, core.DeliveryFailed, time.Time{})
+
+	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: a.ID, SubscriptionID: sub.ID, Since: at(-time.Hour),
+		EventTypes: []string{"payment.succeeded"}, CreatedAt: at(0), UpdatedAt: at(0)}
+	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(f.ctx, j))
+	if _, err := s.ReplayJobGet(f.ctx, b.ID, j.ID); err != store.ErrNotFound {
+		t.Fatalf("other tenant: %v, want ErrNotFound", err)
+	}
+	running, err := s.ReplayJobsRunning(f.ctx)
+	noErr(t, "ReplayJobsRunning", err)
+	if len(running) != 1 || running[0].ID != j.ID || running[0].Done {
+		t.Fatalf("running jobs %+v", running)
+	}
+	// Two at a time: 2, 2, then the last one (and done).
+	got, err := s.ReplayJobStep(f.ctx, j.ID, 2, at(time.Hour))
+	noErr(t, "ReplayJobStep", err)
+	if got.Replayed != 2 || got.Done || got.Cursor != failed[1].ID {
+		t.Fatalf("after one step: %+v", got)
+	}
+	if d, _ := f.getDelivery(failed[0].ID); d.State != core.DeliveryPending || d.RoundStart != 1 || !d.NextAttemptAt.Equal(at(time.Hour)) {
+		t.Fatalf("replayed delivery %+v", d)
+	}
+	for range 3 {
+		got, err = s.ReplayJobStep(f.ctx, j.ID, 2, at(time.Hour))
+		noErr(t, "ReplayJobStep", err)
+	}
+	// "other" has the same type from the fixture, so it is replayed too:
+	// 4 failed + other = 5, and the delivered one stays delivered.
+	if !got.Done || got.Replayed != 5 {
+		t.Fatalf("final: %+v", got)
+	}
+	if d, _ := f.getDelivery(other.ID); d.State != core.DeliveryPending {
+		t.Fatalf("matching failed delivery not replayed: %s", d.State)
+	}
+	running, err = s.ReplayJobsRunning(f.ctx)
+	noErr(t, "ReplayJobsRunning", err)
+	if len(running) != 0 {
+		t.Fatalf("running after done: %+v", running)
+	}
+	// A type filter that matches nothing replays nothing.
+	j2 := core.ReplayJob{ID: core.NewID("rpl"), TenantID: a.ID, SubscriptionID: sub.ID, Since: at(-time.Hour),
+		EventTypes: []string{"invoice.paid"}, CreatedAt: at(0), UpdatedAt: at(0)}
+	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(f.ctx, j2))
+	got, err = s.ReplayJobStep(f.ctx, j2.ID, 10, at(time.Hour))
+	noErr(t, "ReplayJobStep", err)
+	if !got.Done || got.Replayed != 0 {
+		t.Fatalf("filtered job: %+v", got)
+	}
+}
