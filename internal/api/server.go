@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
@@ -57,6 +58,11 @@ type Server struct {
 	Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// Tenants and API keys are never deleted, so a lookup that succeeded
+	// once holds: these caches take two reads off every event's path.
+	// Deleting or revoking either must invalidate them.
+	tenants sync.Map // tenant ID → true
+	keys    sync.Map // key hash → tenant ID
 }
 
 //go:embed openapi.json
@@ -148,13 +154,18 @@ func (s *Server) authenticate(ctx context.Context, header string) (principal, er
 	if s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) == 1 {
 		return principal{admin: true}, nil
 	}
-	key, err := s.Store.APIKeyByHash(ctx, HashKey(token))
+	hash := HashKey(token)
+	if tenant, ok := s.keys.Load(hash); ok {
+		return principal{tenantID: tenant.(string)}, nil
+	}
+	key, err := s.Store.APIKeyByHash(ctx, hash)
 	if err == store.ErrNotFound {
 		return principal{}, errUnauthorized
 	}
 	if err != nil {
 		return principal{}, err
 	}
+	s.keys.Store(hash, key.TenantID)
 	return principal{tenantID: key.TenantID}, nil
 }
 
@@ -177,11 +188,15 @@ func (s *Server) tenantFor(ctx context.Context, p principal, requested string) (
 	if requested == "" {
 		requested = core.DefaultTenant
 	}
+	if _, ok := s.tenants.Load(requested); ok {
+		return requested, nil
+	}
 	if _, err := s.Store.TenantGet(ctx, requested); err == store.ErrNotFound {
 		return "", &apiError{Status: http.StatusNotFound, Code: "not_found", Field: "tenant_id", Message: "tenant_id: no such tenant"}
 	} else if err != nil {
 		return "", err
 	}
+	s.tenants.Store(requested, true)
 	return requested, nil
 }
 
