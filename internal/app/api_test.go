@@ -208,6 +208,10 @@ func TestSubscriptionLifecycle(t *testing.T) {
 	if d := e.admin.Must(200, "GET", "/v1/deliveries/"+dl, nil); d["state"] != "pending" || rc.Count() != 0 {
 		t.Fatalf("paused: state %v, requests %d", d["state"], rc.Count())
 	}
+	// Replaying what is already pending is refused.
+	if st, out := e.admin.Do("POST", "/v1/deliveries/"+dl+"/replay", nil); st != http.StatusConflict || errCode(out) != "conflict" {
+		t.Errorf("replay of a pending delivery: %d %v, want 409", st, out)
+	}
 	e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "active"})
 	e.waitDelivery(dl, "delivered", 10*time.Second)
 

@@ -340,7 +340,7 @@ func TestReplayResendsSameIDSignedAfresh(t *testing.T) {
 	if got["attempt_count"].(float64) != 2 {
 		t.Errorf("attempt_count %v after replay, want 2", got["attempt_count"])
 	}
-	// Replaying what is already pending is refused.
+	// An unknown delivery answers 404.
 	if st, _ := e.admin.Do("POST", "/v1/deliveries/dlv_nope/replay", nil); st != 404 {
 		t.Errorf("replay of unknown delivery: %d, want 404", st)
 	}

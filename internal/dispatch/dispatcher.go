@@ -242,6 +242,9 @@ func (d *Dispatcher) pump(h *host, now time.Time) {
 	}
 	for _, l := range h.lanes {
 		if len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !l.storeDue.IsZero() && !l.storeDue.After(now) {
+			// The refill consumes storeDue; anything due that appears while
+			// it runs (a hand-off that overflowed) sets it again.
+			l.storeDue = time.Time{}
 			l.refilling = true
 			d.work.Add(1)
 			go d.refill(h, l, now)
@@ -432,7 +435,7 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 		if !d.stopping {
 			d.cfg.Log.Error("refilling a lane", "subscription", l.subID, "err", err)
 		}
-		l.storeDue = time.Now().Add(time.Second)
+		l.due(time.Now().Add(time.Second))
 		d.pump(h, time.Now())
 		return
 	}
@@ -449,7 +452,9 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	if !pendingRetry.IsZero() && (due.IsZero() || pendingRetry.Before(due)) {
 		due = pendingRetry
 	}
-	l.storeDue = due
+	if !due.IsZero() {
+		l.due(due)
+	}
 	d.pump(h, time.Now())
 }
 

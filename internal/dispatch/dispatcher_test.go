@@ -211,3 +211,79 @@ func TestNextState(t *testing.T) {
 		}
 	}
 }
+
+// lateStore answers DeliveryDue with what the store held when the query
+// ran, but only once released: a refill that raced a commit.
+type lateStore struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *lateStore) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
+	jobs, next, err := s.Store.DeliveryDue(ctx, p)
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return jobs, next, err
+}
+
+// A hand-off that overflows the window while a refill is running must not be
+// forgotten when that refill, which queried before the commit, comes back empty.
+func TestOverflowDuringRefillIsNotLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "late.example:80")
+	ls := &lateStore{Store: b.store, entered: make(chan struct{}), release: make(chan struct{})}
+	b.store = ls
+	d := New(Config{Store: ls, Subs: b.subs, Window: 2, Resync: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+			return send.Outcome{Class: send.Delivered, StatusCode: 200}
+		})})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Stop(ctx)
+	})
+	jobsFor := func(ids []string) []core.Job {
+		var out []core.Job
+		for _, id := range ids {
+			dl, _, err := b.store.DeliveryGet(context.Background(), "", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, core.Job{Delivery: dl, Event: ev})
+		}
+		return out
+	}
+	// The host is paused (a Retry-After), so its fresh window stays full.
+	d.mu.Lock()
+	h, _ := d.lane(sub.Host, sub.ID)
+	h.pauseUntil = time.Now().Add(time.Hour)
+	d.mu.Unlock()
+	d.Notify(jobsFor(b.pending(t, sub, 2)))
+	// A refill queries now, finds nothing new, and is held before answering.
+	ls.armed.Store(true)
+	d.Wake(sub.Host, sub.ID)
+	<-ls.entered
+	// Meanwhile one more delivery is committed and handed over: it overflows.
+	late := b.pending(t, sub, 1)[0]
+	d.Notify(jobsFor([]string{late}))
+	close(ls.release)
+	testenv.Eventually(t, 10*time.Second, "the overflowed delivery is fetched without waiting for a resync", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		l := d.hosts[sub.Host].lanes[sub.ID]
+		return l.known[late]
+	})
+}
