@@ -55,7 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *adminToken == "" {
-		*adminToken = "adm_" + api.NewAPIKey()[3:]
+		*adminToken = api.NewToken("adm_")
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
 	}
 

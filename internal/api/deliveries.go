@@ -100,11 +100,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, p princi
 	if err != nil {
 		return err
 	}
-	data := make([]deliveryJSON, len(page.Data))
-	for i, d := range page.Data {
-		data[i] = toDeliveryJSON(d)
-	}
-	writeJSON(w, http.StatusOK, listJSON(data, page.NextCursor))
+	writePage(w, page, toDeliveryJSON)
 	return nil
 }
 

@@ -75,9 +75,6 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,
 		Since: since.UTC(), Until: until.UTC(), EventTypes: req.EventTypes, CreatedAt: now, UpdatedAt: now}
-	if until.IsZero() {
-		j.Until = time.Time{}
-	}
 	if j.EventTypes == nil {
 		j.EventTypes = []string{}
 	}

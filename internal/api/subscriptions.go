@@ -190,11 +190,7 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
-	data := make([]subscriptionJSON, len(page.Data))
-	for i, sub := range page.Data {
-		data[i] = toSubscriptionJSON(sub)
-	}
-	writeJSON(w, http.StatusOK, listJSON(data, page.NextCursor))
+	writePage(w, page, toSubscriptionJSON)
 	return nil
 }
 
@@ -276,10 +272,15 @@ func parseLimit(v string) (int, error) {
 	return n, nil
 }
 
-func listJSON[T any](data []T, next string) map[string]any {
-	var cursor any
-	if next != "" {
-		cursor = next
+// writePage answers a list: {data, next_cursor}, null on the last page.
+func writePage[T, J any](w http.ResponseWriter, page store.Page[T], toJSON func(T) J) {
+	data := make([]J, len(page.Data))
+	for i, v := range page.Data {
+		data[i] = toJSON(v)
 	}
-	return map[string]any{"data": data, "next_cursor": cursor}
+	var cursor any
+	if page.NextCursor != "" {
+		cursor = page.NextCursor
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_cursor": cursor})
 }

@@ -49,8 +49,11 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principa
 }
 
 // NewAPIKey returns a fresh tenant key: shown once, stored only hashed.
-func NewAPIKey() string {
+func NewAPIKey() string { return NewToken("hk_") }
+
+// NewToken returns prefix and 256 random bits, URL-safe.
+func NewToken(prefix string) string {
 	b := make([]byte, 32)
 	rand.Read(b)
-	return "hk_" + base64.RawURLEncoding.EncodeToString(b)
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
 }
