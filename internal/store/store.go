@@ -176,3 +176,41 @@ type AttemptResult struct {
 	NextAttemptAt time.Time          // when State is pending
 	Now           time.Time          // updated_at
 }
+
+// Leaser is implemented by a backend several hookd nodes share (PostgreSQL).
+// Each destination host lives on one of core.NumShards shards, and a node
+// dispatches only the shards it holds a lease on, so circuit state,
+// concurrency caps and rate budgets stay exact and local to one node.
+type Leaser interface {
+	// ShardLeases is called by every node every few seconds (well inside
+	// ttl). In one transaction it records that node is alive until now+ttl,
+	// renews the node's leases to now+ttl, gives back any shards above its
+	// fair share (NumShards over the live nodes, rounded up) so that a node
+	// that joins gets work, and takes free or lapsed shards up to that share.
+	// It returns the shards node holds afterwards, ascending, all of which
+	// are held until now+ttl.
+	ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error)
+	// ShardRelease gives back every lease node holds and forgets the node, so
+	// the others can take its shards at once (graceful shutdown).
+	ShardRelease(ctx context.Context, node string) error
+}
+
+// Notifier is implemented by a backend several nodes share: it tells the
+// owner of a shard about deliveries another node made due, so they go out
+// without waiting for a poll. Writes that make deliveries due (EventInsertBatch,
+// DeliveryReplay, ReplayJobStep, SubscriptionUpdate back to active or to a
+// new host) notify at commit.
+type Notifier interface {
+	// Listen calls fn for each notification from another Store instance
+	// (not this one: its own writes are handed off in-process) until ctx
+	// ends, reconnecting as needed; fn runs on Listen's goroutine and must
+	// not block. It returns ctx's error. A notification may be dropped while
+	// reconnecting, which is why dispatch still polls.
+	Listen(ctx context.Context, fn func(Due)) error
+}
+
+// Due names a subscription with deliveries that became due, and its shard.
+type Due struct {
+	SubscriptionID string
+	Shard          int
+}
