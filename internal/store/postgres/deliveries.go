@@ -1,0 +1,335 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Delivery, []core.Attempt, error) {
+	var d core.Delivery
+	as := []core.Attempt{}
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		d, err = scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM deliveries
+			WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`, id, tenantID))
+		if err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `SELECT delivery_id, n, started_at, duration_ns, status_code, error, response
+			FROM attempts WHERE delivery_id = $1 ORDER BY n`, id)
+		var a core.Attempt
+		var started pgtype.Timestamptz
+		var dur int64
+		_, err = pgx.ForEachRow(rows, []any{&a.DeliveryID, &a.N, &started, &dur, &a.StatusCode, &a.Error, &a.Response}, func() error {
+			a.StartedAt, a.Duration = tm(started), time.Duration(dur)
+			as = append(as, a)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return core.Delivery{}, nil, mapErr(err)
+	}
+	return d, as, nil
+}
+
+func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
+	limit := pageLimit(p.Limit)
+	// Walks the (subscription_id, id) index backwards; IDs sort by creation.
+	q := `SELECT ` + deliveryColumns + ` FROM deliveries WHERE subscription_id = $1`
+	args := []any{p.SubscriptionID}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		q += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if p.TenantID != "" {
+		add("tenant_id = $%d", p.TenantID)
+	}
+	if p.State != "" {
+		add("state = $%d", string(p.State))
+	}
+	if p.EventType != "" {
+		add("event_type = $%d", p.EventType)
+	}
+	if !p.Since.IsZero() {
+		add("created_at >= $%d", p.Since)
+	}
+	if !p.Until.IsZero() {
+		add("created_at < $%d", p.Until)
+	}
+	if p.Cursor != "" {
+		add("id < $%d", p.Cursor)
+	}
+	args = append(args, limit+1)
+	q += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return store.Page[core.Delivery]{}, err
+	}
+	ds, err := collectDeliveries(rows)
+	if err != nil {
+		return store.Page[core.Delivery]{}, err
+	}
+	var page store.Page[core.Delivery]
+	if len(ds) > limit {
+		ds = ds[:limit]
+		page.NextCursor = ds[limit-1].ID
+	}
+	page.Data = ds
+	return page, nil
+}
+
+func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now time.Time) (core.Delivery, error) {
+	var d core.Delivery
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var state core.DeliveryState
+		var host string
+		var deleted pgtype.Timestamptz
+		// Locked: of two replays at once, the second sees pending. NO KEY:
+		// attempts referencing the row need not wait.
+		err := tx.QueryRow(ctx, `SELECT d.state, s.host, s.deleted_at FROM deliveries d
+			JOIN subscriptions s ON s.id = d.subscription_id
+			WHERE d.id = $1 AND ($2 = '' OR d.tenant_id = $2) FOR NO KEY UPDATE OF d`, id, tenantID).Scan(&state, &host, &deleted)
+		if err != nil {
+			return err
+		}
+		if state == core.DeliveryPending || deleted.Valid {
+			return store.ErrConflict
+		}
+		// Back in line under the subscription's current host, which may
+		// have changed since the delivery was last sent.
+		d, err = scanDelivery(tx.QueryRow(ctx, `UPDATE deliveries
+			SET state = 'pending', round_start = attempt_count, round_started_at = $1, next_attempt_at = $1,
+			updated_at = $1, host = $2, shard = $3
+			WHERE id = $4 RETURNING `+deliveryColumns, now, host, core.ShardOf(host), id))
+		if err != nil {
+			return err
+		}
+		return s.notify(ctx, tx, store.Due{SubscriptionID: d.SubscriptionID, Shard: d.Shard})
+	})
+	if err != nil {
+		return core.Delivery{}, mapErr(err)
+	}
+	return d, nil
+}
+
+// dueQuery walks deliveries_subscription_due from (subscription, oldest).
+// For an ordered subscription a delivery waits while an earlier one of its
+// ordering key is pending (deliveries_key_line answers that).
+const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
+	d.state, d.attempt_count, d.round_start, d.next_attempt_at, d.last_status, d.last_error, d.sequence,
+	d.created_at, d.updated_at, d.ordering_key,
+	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at
+	FROM subscriptions s
+	JOIN deliveries d ON d.subscription_id = s.id
+	JOIN events e ON e.id = d.event_id
+	WHERE s.id = $1 AND s.state = 'active' AND s.deleted_at IS NULL
+	AND d.state = 'pending' AND d.next_attempt_at <= $2
+	AND d.id <> ALL($3::text[])
+	AND (d.sequence = 0 OR NOT EXISTS (SELECT 1 FROM deliveries p
+		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
+		AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence))
+	ORDER BY d.next_attempt_at, d.id
+	LIMIT $4`
+
+const nextDueQuery = `SELECT d.next_attempt_at
+	FROM subscriptions s
+	JOIN deliveries d ON d.subscription_id = s.id
+	WHERE s.id = $1 AND s.state = 'active' AND s.deleted_at IS NULL
+	AND d.state = 'pending' AND d.next_attempt_at > $2
+	ORDER BY d.next_attempt_at
+	LIMIT 1`
+
+// DeliveryDue treats Limit <= 0 as 100. Exclude applies to the jobs only: the
+// next-due time looks past Now, where in-flight work never is. Both queries
+// go in one round trip.
+func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	b := &pgx.Batch{}
+	b.Queue(dueQuery, p.SubscriptionID, p.Now, orEmpty(p.Exclude), limit)
+	b.Queue(nextDueQuery, p.SubscriptionID, p.Now)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, _ := br.Query()
+	jobs := []core.Job{}
+	var j core.Job
+	d, e := &j.Delivery, &j.Event
+	var next, c, u, ec pgtype.Timestamptz
+	_, err := pgx.ForEachRow(rows, []any{&d.ID, &d.EventID, &d.SubscriptionID, &d.TenantID, &d.EventType, &d.Host,
+		&d.Shard, &d.State, &d.AttemptCount, &d.RoundStart, &next, &d.LastStatus, &d.LastError,
+		&d.Sequence, &c, &u, &d.OrderingKey,
+		&e.ID, &e.TenantID, &e.Type, &e.Payload, &e.IdempotencyKey, &e.OrderingKey, &ec}, func() error {
+		d.NextAttemptAt, d.CreatedAt, d.UpdatedAt, e.CreatedAt = tm(next), tm(c), tm(u), tm(ec)
+		jobs = append(jobs, j) // pgx gives every row a fresh payload slice
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var later pgtype.Timestamptz
+	if err := br.QueryRow().Scan(&later); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, time.Time{}, err
+	}
+	return jobs, tm(later), nil
+}
+
+// allPendingQuery takes each active subscription's earliest pending row
+// from deliveries_subscription_due: one index probe per subscription,
+// whatever its backlog.
+const allPendingQuery = `SELECT s.id, s.host, n.next
+	FROM subscriptions s
+	CROSS JOIN LATERAL (SELECT d.next_attempt_at AS next FROM deliveries d
+		WHERE d.subscription_id = s.id AND d.state = 'pending'
+		ORDER BY d.next_attempt_at LIMIT 1) n
+	WHERE s.state = 'active' AND s.deleted_at IS NULL`
+
+// shardPendingQuery lists the (shard, subscription) pairs with pending work
+// on the given shards by skipping through deliveries_shard_due: each step is
+// one index probe that lands on the next subscription's earliest row, so
+// the cost follows the number of pairs, not the backlog.
+const shardPendingQuery = `WITH RECURSIVE pairs (shard, subscription_id, next) AS (
+		SELECT f.shard, f.subscription_id, f.next_attempt_at
+		FROM unnest($1::int[]) AS x(shard)
+		CROSS JOIN LATERAL (SELECT d.shard, d.subscription_id, d.next_attempt_at FROM deliveries d
+			WHERE d.state = 'pending' AND d.shard = x.shard
+			ORDER BY d.subscription_id, d.next_attempt_at LIMIT 1) f
+	UNION ALL
+		SELECT f.shard, f.subscription_id, f.next_attempt_at
+		FROM pairs p
+		CROSS JOIN LATERAL (SELECT d.shard, d.subscription_id, d.next_attempt_at FROM deliveries d
+			WHERE d.state = 'pending' AND d.shard = p.shard AND d.subscription_id > p.subscription_id
+			ORDER BY d.subscription_id, d.next_attempt_at LIMIT 1) f
+	)
+	SELECT s.id, s.host, min(p.next)
+	FROM pairs p JOIN subscriptions s ON s.id = p.subscription_id
+	WHERE s.state = 'active' AND s.deleted_at IS NULL
+	GROUP BY s.id, s.host`
+
+func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]store.SubscriptionDue, error) {
+	var rows pgx.Rows
+	if shards == nil {
+		rows, _ = s.pool.Query(ctx, allPendingQuery)
+	} else {
+		rows, _ = s.pool.Query(ctx, shardPendingQuery, shards)
+	}
+	out := []store.SubscriptionDue{}
+	var d store.SubscriptionDue
+	var next pgtype.Timestamptz
+	_, err := pgx.ForEachRow(rows, []any{&d.SubscriptionID, &d.Host, &next}, func() error {
+		d.NextAttemptAt = tm(next)
+		out = append(out, d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeliveryExpire works in batches so one call never holds many row locks long.
+func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error) {
+	const step = 1000
+	total := 0
+	for {
+		tag, err := s.pool.Exec(ctx, `UPDATE deliveries SET state = 'failed', last_error = $1, updated_at = $2
+			WHERE id IN (SELECT id FROM deliveries
+				WHERE subscription_id = $3 AND state = 'pending' AND round_started_at < $4 LIMIT $5)
+			AND state = 'pending'`,
+			reason, now, subscriptionID, cutoff, step)
+		if err != nil {
+			return total, mapErr(err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if n < step {
+			return total, nil
+		}
+	}
+}
+
+func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
+	var st store.DeliveryStats
+	var oldestPending, oldestFailed pgtype.Timestamptz
+	err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
+		(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
+		(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
+		(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'failed')
+		FROM subscriptions s WHERE s.id = $1 AND s.deleted_at IS NULL AND ($2 = '' OR s.tenant_id = $2)`,
+		subscriptionID, tenantID).Scan(&st.Pending, &oldestPending, &st.Failed, &oldestFailed)
+	if err != nil {
+		return st, mapErr(err)
+	}
+	st.OldestPendingAt, st.OldestFailedAt = tm(oldestPending), tm(oldestFailed)
+	return st, nil
+}
+
+const (
+	insertAttemptsSQL = `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+		SELECT * FROM unnest($1::text[], $2::int[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::text[])
+		ON CONFLICT (delivery_id, n) DO NOTHING`
+	updateResultsSQL = `UPDATE deliveries d SET attempt_count = r.n, last_status = r.status, last_error = r.error,
+		state = r.state, next_attempt_at = r.next, updated_at = r.now
+		FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[])
+			AS r(id, n, status, error, state, next, now)
+		WHERE d.id = r.id AND d.state = 'pending' AND d.attempt_count < r.n`
+)
+
+// DeliveryRecordResults sends every attempt in one INSERT and every update
+// in one UPDATE, in one round trip. A delivery named more than once gets one
+// UPDATE per occurrence, in order, as if the results were applied one by one
+// (an UPDATE ... FROM changes a row at most once).
+func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	n := len(rs)
+	ids, errs, resps := make([]string, n), make([]string, n), make([]string, n)
+	ns, codes := make([]int32, n), make([]int32, n)
+	started, durs := make([]time.Time, n), make([]int64, n)
+	for i, r := range rs {
+		a := r.Attempt
+		ids[i], ns[i], started[i], durs[i] = a.DeliveryID, int32(a.N), a.StartedAt, int64(a.Duration)
+		codes[i], errs[i], resps[i] = int32(a.StatusCode), a.Error, a.Response
+	}
+	b := &pgx.Batch{}
+	// A result recorded twice (a retried call whose first commit did land)
+	// keeps the first row; attempt_count < n keeps a stale result from
+	// winding a delivery back.
+	b.Queue(insertAttemptsSQL, ids, ns, started, durs, codes, errs, resps)
+	var rounds [][]store.AttemptResult
+	seen := map[string]int{}
+	for _, r := range rs {
+		k := seen[r.Attempt.DeliveryID]
+		seen[r.Attempt.DeliveryID] = k + 1
+		if k == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[k] = append(rounds[k], r)
+	}
+	for _, round := range rounds {
+		m := len(round)
+		ids, states, errs := make([]string, m), make([]string, m), make([]string, m)
+		ns, codes := make([]int32, m), make([]int32, m)
+		next, now := make([]pgtype.Timestamptz, m), make([]time.Time, m)
+		for i, r := range round {
+			ids[i], ns[i], codes[i], errs[i] = r.Attempt.DeliveryID, int32(r.Attempt.N), int32(r.Attempt.StatusCode), r.Attempt.Error
+			states[i], next[i], now[i] = string(r.State), ts(r.NextAttemptAt), r.Now
+		}
+		b.Queue(updateResultsSQL, ids, ns, codes, errs, states, next, now)
+	}
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, b).Close()
+	}))
+}

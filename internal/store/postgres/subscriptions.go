@@ -1,0 +1,187 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+const subColumns = `id, tenant_id, url, host, event_types, secret, prev_secret, prev_secret_expires_at,
+	ordered, retry_schedule, timeout_ns, max_concurrency, rate_limit, retry_status_codes,
+	state, disabled_reason, created_at, updated_at`
+
+// schedule stores durations as Go strings ("5s") so the column reads well;
+// nil stays NULL because a nil schedule means the default and an empty one none.
+func schedule(sub core.Subscription) []string {
+	if sub.RetrySchedule == nil {
+		return nil
+	}
+	return core.FormatDurations(sub.RetrySchedule)
+}
+
+func scanSub(row pgx.Row) (core.Subscription, error) {
+	var sub core.Subscription
+	var prevExp, c, u pgtype.Timestamptz
+	var sched []string
+	var timeout int64
+	if err := row.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &sub.EventTypes, &sub.Secret,
+		&sub.PrevSecret, &prevExp, &sub.Ordered, &sched, &timeout, &sub.MaxConcurrency,
+		&sub.RateLimit, &sub.RetryStatusCodes, &sub.State, &sub.DisabledReason, &c, &u); err != nil {
+		return sub, err
+	}
+	sub.PrevSecretExpiresAt = tm(prevExp)
+	sub.Timeout = time.Duration(timeout)
+	sub.CreatedAt, sub.UpdatedAt = tm(c), tm(u)
+	if sched != nil {
+		sub.RetrySchedule = make([]time.Duration, len(sched))
+		for i, v := range sched {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return sub, fmt.Errorf("subscription %s retry_schedule: %w", sub.ID, err)
+			}
+			sub.RetrySchedule[i] = d
+		}
+	}
+	return sub, nil
+}
+
+func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO subscriptions (`+subColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+		sub.ID, sub.TenantID, sub.URL, sub.Host, sub.EventTypes, sub.Secret, sub.PrevSecret, ts(sub.PrevSecretExpiresAt),
+		sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
+		string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt)
+	return mapErr(err)
+}
+
+func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error) {
+	sub, err := scanSub(s.pool.QueryRow(ctx, `SELECT `+subColumns+` FROM subscriptions
+		WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL`, id, tenantID))
+	if err != nil {
+		return core.Subscription{}, mapErr(err)
+	}
+	return sub, nil
+}
+
+func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListParams) (store.Page[core.Subscription], error) {
+	limit := pageLimit(p.Limit)
+	// One row more than the page tells whether another page exists.
+	rows, err := s.pool.Query(ctx, `SELECT `+subColumns+` FROM subscriptions
+		WHERE ($1 = '' OR tenant_id = $1) AND id > $2 AND deleted_at IS NULL
+		ORDER BY id LIMIT $3`, p.TenantID, p.Cursor, limit+1)
+	if err != nil {
+		return store.Page[core.Subscription]{}, err
+	}
+	subs, err := collectSubs(rows)
+	if err != nil {
+		return store.Page[core.Subscription]{}, err
+	}
+	var page store.Page[core.Subscription]
+	if len(subs) > limit {
+		subs = subs[:limit]
+		page.NextCursor = subs[limit-1].ID
+	}
+	page.Data = subs
+	return page, nil
+}
+
+func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+subColumns+` FROM subscriptions WHERE deleted_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return collectSubs(rows)
+}
+
+func collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
+	defer rows.Close()
+	subs := []core.Subscription{}
+	for rows.Next() {
+		sub, err := scanSub(rows)
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, sub)
+	}
+	return subs, rows.Err()
+}
+
+func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		// Locked: two nodes updating one subscription take turns, so the
+		// "did the host or state change" decisions below hold. NO KEY: new
+		// deliveries referencing it (ingest) need not wait.
+		var oldHost string
+		var oldState core.SubscriptionState
+		err := tx.QueryRow(ctx, `SELECT host, state FROM subscriptions
+			WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL FOR NO KEY UPDATE`,
+			sub.ID, sub.TenantID).Scan(&oldHost, &oldState)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET url = $2, host = $3, event_types = $4,
+			secret = $5, prev_secret = $6, prev_secret_expires_at = $7, ordered = $8, retry_schedule = $9,
+			timeout_ns = $10, max_concurrency = $11, rate_limit = $12, retry_status_codes = $13, state = $14,
+			disabled_reason = $15, updated_at = $16
+			WHERE id = $1`,
+			sub.ID, sub.URL, sub.Host, sub.EventTypes, sub.Secret, sub.PrevSecret, ts(sub.PrevSecretExpiresAt),
+			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
+			string(sub.State), sub.DisabledReason, sub.UpdatedAt); err != nil {
+			return err
+		}
+		if sub.State == core.SubDisabled {
+			return skipPending(ctx, tx, sub.ID, sub.UpdatedAt)
+		}
+		moved := sub.Host != oldHost
+		if moved {
+			// Pending work follows the endpoint to its new host, so it is
+			// admitted (and sharded) under the host it will really hit.
+			if _, err := tx.Exec(ctx, `UPDATE deliveries SET host = $1, shard = $2
+				WHERE subscription_id = $3 AND state = 'pending'`, sub.Host, core.ShardOf(sub.Host), sub.ID); err != nil {
+				return err
+			}
+		}
+		if sub.State == core.SubActive && (moved || oldState != core.SubActive) {
+			// Its pending work is due again, possibly on another node's shard.
+			return s.notify(ctx, tx, store.Due{SubscriptionID: sub.ID, Shard: core.ShardOf(sub.Host)})
+		}
+		return nil
+	}))
+}
+
+func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE subscriptions SET deleted_at = $1, updated_at = $1
+			WHERE id = $2 AND ($3 = '' OR tenant_id = $3) AND deleted_at IS NULL`, now, id, tenantID)
+		if err := mustAffect(tag, err); err != nil {
+			return err
+		}
+		return skipPending(ctx, tx, id, now)
+	}))
+}
+
+// skipPending moves a subscription's pending deliveries to skipped: they will
+// not be sent, but stay replayable.
+func skipPending(ctx context.Context, tx pgx.Tx, subID string, now time.Time) error {
+	_, err := tx.Exec(ctx, `UPDATE deliveries SET state = 'skipped', updated_at = $1
+		WHERE subscription_id = $2 AND state = 'pending'`, now, subID)
+	return err
+}
+
+// mustAffect turns "no row matched" into ErrNotFound.
+func mustAffect(tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
