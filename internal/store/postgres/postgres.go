@@ -24,12 +24,16 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"hookd/internal/core"
 	"hookd/internal/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Leaser = (*Store)(nil)
+)
 
-// Store implements store.Store.
+// Store implements store.Store and store.Leaser.
 type Store struct {
 	pool *pgxpool.Pool
 	// token marks this instance's notifications, so Listen can skip them
@@ -90,6 +94,12 @@ func open(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 	defer conn.Release()
 	if err := migrate(ctx, conn.Conn()); err != nil {
 		return nil, err
+	}
+	// One lease row per shard, so taking a shard is an UPDATE of an
+	// existing row that FOR UPDATE SKIP LOCKED can lock.
+	if _, err := conn.Exec(ctx, `INSERT INTO shard_leases (shard) SELECT generate_series(0, $1::int - 1)
+		ON CONFLICT (shard) DO NOTHING`, core.NumShards); err != nil {
+		return nil, fmt.Errorf("postgres: shard rows: %w", err)
 	}
 	var schema string
 	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {

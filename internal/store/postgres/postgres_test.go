@@ -106,17 +106,19 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var applied, defaults int
+	var applied, defaults, shards int
 	for q, dst := range map[string]*int{
-		`SELECT count(*) FROM schema_migrations`:            &applied,
-		`SELECT count(*) FROM tenants WHERE id = 'default'`: &defaults,
+		`SELECT count(*) FROM schema_migrations`:               &applied,
+		`SELECT count(*) FROM tenants WHERE id = 'default'`:    &defaults,
+		`SELECT count(*) FROM shard_leases WHERE node IS NULL`: &shards,
 	} {
 		if err := s.pool.QueryRow(ctx, q).Scan(dst); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if applied != len(ms) || defaults != 1 {
-		t.Fatalf("schema_migrations %d rows (want %d), %d default tenants", applied, len(ms), defaults)
+	if applied != len(ms) || defaults != 1 || shards != core.NumShards {
+		t.Fatalf("schema_migrations %d rows (want %d), %d default tenants, %d free shards (want %d)",
+			applied, len(ms), defaults, shards, core.NumShards)
 	}
 }
 

@@ -1,0 +1,106 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"hookd/internal/core"
+)
+
+// leaseLockSQL serialises lease changes of all nodes (per schema): each call
+// then sees every other node's last committed holdings, so shares add up.
+// Calls come every few seconds per node, so the queue is short.
+const leaseLockSQL = `SELECT pg_advisory_xact_lock(hashtext('hookd.leases.' || coalesce(current_schema(), '')))`
+
+// forgetNodesAfter is how long a node that stopped heartbeating stays in
+// the nodes table (it no longer counts as alive after its TTL anyway).
+const forgetNodesAfter = time.Hour
+
+// ShardLeases balances the shards over the live nodes. Every share is at
+// most NumShards over the live nodes rounded up, as the interface says; the
+// remainder goes to the nodes already holding the most (then lowest ID), so
+// that the shares add up to NumShards and differ by at most one, and a
+// stable cluster moves nothing. Only free or lapsed shards are taken, under
+// row locks, so no shard is ever held by two nodes.
+func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error) {
+	until := now.Add(ttl)
+	var held []int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(leaseLockSQL)
+		b.Queue(`INSERT INTO nodes (id, alive_until) VALUES ($1, $2)
+			ON CONFLICT (id) DO UPDATE SET alive_until = EXCLUDED.alive_until`, node, until)
+		b.Queue(`DELETE FROM nodes WHERE alive_until < $1`, now.Add(-forgetNodesAfter))
+		b.Queue(`UPDATE shard_leases SET expires_at = $2 WHERE node = $1`, node, until)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		type live struct {
+			id   string
+			held int
+		}
+		rows, _ := tx.Query(ctx, `SELECT n.id, count(l.shard) FROM nodes n
+			LEFT JOIN shard_leases l ON l.node = n.id AND l.expires_at > $1
+			WHERE n.alive_until > $1 GROUP BY n.id`, now)
+		nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (live, error) {
+			var l live
+			return l, r.Scan(&l.id, &l.held)
+		})
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(nodes, func(a, b live) int { return cmp.Or(cmp.Compare(b.held, a.held), cmp.Compare(a.id, b.id)) })
+		share, mine := 0, 0
+		for rank, l := range nodes {
+			if l.id == node {
+				share = core.NumShards / len(nodes)
+				if rank < core.NumShards%len(nodes) {
+					share++
+				}
+				mine = l.held
+			}
+		}
+		switch {
+		case mine > share:
+			// Give back the highest shards above the share: a joining
+			// node takes them on its next call.
+			_, err = tx.Exec(ctx, `UPDATE shard_leases SET node = NULL, expires_at = NULL
+				WHERE shard IN (SELECT shard FROM shard_leases WHERE node = $1 ORDER BY shard DESC LIMIT $2)`,
+				node, mine-share)
+		case mine < share:
+			// SKIP LOCKED: a row another transaction is changing is not
+			// free for us, whatever that transaction does with it.
+			_, err = tx.Exec(ctx, `UPDATE shard_leases SET node = $1, expires_at = $2
+				WHERE shard IN (SELECT shard FROM shard_leases
+					WHERE shard < $3 AND (node IS NULL OR expires_at <= $4)
+					ORDER BY shard LIMIT $5 FOR UPDATE SKIP LOCKED)`,
+				node, until, core.NumShards, now, share-mine)
+		}
+		if err != nil {
+			return err
+		}
+		rows, _ = tx.Query(ctx, `SELECT shard FROM shard_leases WHERE node = $1 ORDER BY shard`, node)
+		held, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return held, nil
+}
+
+// ShardRelease frees node's shards and forgets the node, so the others'
+// next calls share its shards out at once.
+func (s *Store) ShardRelease(ctx context.Context, node string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(leaseLockSQL)
+		b.Queue(`UPDATE shard_leases SET node = NULL, expires_at = NULL WHERE node = $1`, node)
+		b.Queue(`DELETE FROM nodes WHERE id = $1`, node)
+		return tx.SendBatch(ctx, b).Close()
+	})
+}

@@ -1,0 +1,220 @@
+package postgres
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+)
+
+const leaseTTL = 10 * time.Second
+
+// cluster is a few nodes sharing one schema, each with its own Store, and
+// the shard sets their last ShardLeases calls returned.
+type cluster struct {
+	t     *testing.T
+	nodes map[string]*Store
+	last  map[string][]int // node -> its last answer; absent once gone
+	mu    sync.Mutex
+}
+
+func newCluster(t *testing.T, names ...string) *cluster {
+	u := newSchema(t)
+	c := &cluster{t: t, nodes: map[string]*Store{}, last: map[string][]int{}}
+	for _, n := range names {
+		c.nodes[n] = openURL(t, u)
+	}
+	return c
+}
+
+func (c *cluster) lease(node string, now time.Time) []int {
+	c.t.Helper()
+	got, err := c.nodes[node].ShardLeases(c.t.Context(), node, leaseTTL, now)
+	if err != nil {
+		c.t.Fatalf("ShardLeases(%s): %v", node, err)
+	}
+	if !slices.IsSorted(got) {
+		c.t.Fatalf("ShardLeases(%s) not ascending: %v", node, got)
+	}
+	c.mu.Lock()
+	c.last[node] = got
+	c.mu.Unlock()
+	return got
+}
+
+// round has each named node renew in turn at now, checking after every call.
+func (c *cluster) round(now time.Time, names ...string) {
+	c.t.Helper()
+	for _, n := range names {
+		c.lease(n, now)
+		c.check(now)
+	}
+}
+
+// check asserts that no shard is in two nodes' last answers, and that the
+// table holds exactly those answers for the nodes whose leases are live.
+func (c *cluster) check(now time.Time) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	owner := map[int]string{}
+	for n, shards := range c.last {
+		for _, sh := range shards {
+			if o, ok := owner[sh]; ok {
+				c.t.Fatalf("shard %d returned to both %s and %s", sh, o, n)
+			}
+			owner[sh] = n
+		}
+	}
+	var any *Store
+	for _, s := range c.nodes {
+		any = s
+		break
+	}
+	rows, err := any.pool.Query(c.t.Context(), `SELECT shard, node FROM shard_leases WHERE node IS NOT NULL AND expires_at > $1`, now)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	table := map[string][]int{}
+	for rows.Next() {
+		var sh int
+		var n string
+		if err := rows.Scan(&sh, &n); err != nil {
+			c.t.Fatal(err)
+		}
+		table[n] = append(table[n], sh)
+	}
+	if err := rows.Err(); err != nil {
+		c.t.Fatal(err)
+	}
+	for n, shards := range table {
+		slices.Sort(shards)
+		if !slices.Equal(shards, c.last[n]) {
+			c.t.Fatalf("table says %s holds %v, it was told %v", n, shards, c.last[n])
+		}
+	}
+}
+
+// counts returns how many shards each named node holds and whether every
+// shard is held by one of them.
+func (c *cluster) counts(names ...string) ([]int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	total := 0
+	for _, n := range names {
+		out = append(out, len(c.last[n]))
+		total += len(c.last[n])
+	}
+	return out, total == core.NumShards
+}
+
+func balanced(counts []int, all bool) bool {
+	return all && slices.Max(counts)-slices.Min(counts) <= 1
+}
+
+// settle runs rounds until the named nodes hold every shard within one of
+// each other, failing after a few rounds. It returns the time it got to.
+func (c *cluster) settle(now time.Time, names ...string) time.Time {
+	c.t.Helper()
+	for range 4 {
+		now = now.Add(time.Second)
+		c.round(now, names...)
+		if cs, all := c.counts(names...); balanced(cs, all) {
+			return now
+		}
+	}
+	cs, all := c.counts(names...)
+	c.t.Fatalf("not balanced after 4 rounds: %v of %v (all held: %v)", cs, names, all)
+	return now
+}
+
+func TestShardLeasesBalanceAndTakeover(t *testing.T) {
+	c := newCluster(t, "node-a", "node-b", "node-c")
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+	// Alone, a node takes everything.
+	if got := c.lease("node-a", now); len(got) != core.NumShards {
+		t.Fatalf("a lone node holds %d shards", len(got))
+	}
+	now = c.settle(now, "node-a", "node-b")
+	if cs, _ := c.counts("node-a", "node-b"); cs[0] != core.NumShards/2 || cs[1] != core.NumShards/2 {
+		t.Fatalf("two nodes: %v", cs)
+	}
+	now = c.settle(now, "node-a", "node-b", "node-c")
+	// Settled: another round moves nothing.
+	before := map[string][]int{}
+	for n, s := range c.last {
+		before[n] = s
+	}
+	now = now.Add(time.Second)
+	c.round(now, "node-c", "node-b", "node-a")
+	for n, s := range c.last {
+		if !slices.Equal(s, before[n]) {
+			t.Fatalf("a settled cluster moved shards of %s: %v -> %v", n, before[n], s)
+		}
+	}
+
+	// node-c stops renewing. While its lease runs, its shards stay its own.
+	cShards := c.last["node-c"]
+	lapse := now.Add(leaseTTL)
+	c.round(lapse.Add(-time.Second), "node-a", "node-b")
+	if cs, all := c.counts("node-a", "node-b"); cs[0]+cs[1] != core.NumShards-len(cShards) || all {
+		t.Fatalf("shards of a live node were taken: a+b hold %v", cs)
+	}
+	// Once it has lapsed, the others share its shards out.
+	delete(c.last, "node-c") // its answer is no longer valid
+	now = c.settle(lapse, "node-a", "node-b")
+
+	// It comes back and gets its share; then it shuts down gracefully and
+	// the others take its shards at once, with no time passing.
+	now = c.settle(now, "node-a", "node-b", "node-c")
+	if err := c.nodes["node-c"].ShardRelease(t.Context(), "node-c"); err != nil {
+		t.Fatal(err)
+	}
+	delete(c.last, "node-c")
+	c.round(now, "node-a", "node-b")
+	if cs, all := c.counts("node-a", "node-b"); !balanced(cs, all) {
+		t.Fatalf("after a release: %v, all held %v", cs, all)
+	}
+}
+
+// Nodes renewing at the same moment, many times: never an error, never a
+// shard in two answers, and they still settle.
+func TestShardLeasesConcurrent(t *testing.T) {
+	names := []string{"n1", "n2", "n3"}
+	c := newCluster(t, names...)
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for r := range 8 {
+		now = now.Add(time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, len(names))
+		for _, n := range names {
+			wg.Go(func() {
+				// Twice, so calls also race the others' second ones.
+				for range 2 {
+					got, err := c.nodes[n].ShardLeases(t.Context(), n, leaseTTL, now)
+					if err != nil {
+						errs <- fmt.Errorf("round %d %s: %w", r, n, err)
+						return
+					}
+					c.mu.Lock()
+					c.last[n] = got
+					c.mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		c.check(now)
+	}
+	if cs, all := c.counts(names...); !balanced(cs, all) {
+		t.Fatalf("after concurrent rounds: %v, all held %v", cs, all)
+	}
+}
