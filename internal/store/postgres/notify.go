@@ -2,7 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,4 +40,91 @@ func (s *Store) notify(ctx context.Context, tx pgx.Tx, ds ...store.Due) error {
 	}
 	_, err := tx.Exec(ctx, notifySQL, s.channel, s.payloads(ds))
 	return err
+}
+
+func (s *Store) parse(payload string) (store.Due, bool) {
+	tok, rest, ok := strings.Cut(payload, " ")
+	if !ok || tok == s.token {
+		return store.Due{}, false
+	}
+	shard, sub, ok := strings.Cut(rest, " ")
+	n, err := strconv.Atoi(shard)
+	if !ok || err != nil || sub == "" {
+		return store.Due{}, false
+	}
+	return store.Due{SubscriptionID: sub, Shard: n}, true
+}
+
+const (
+	listenMinBackoff = 100 * time.Millisecond
+	listenMaxBackoff = 10 * time.Second
+	// listenPing is how long a quiet connection waits before it is pinged:
+	// a peer that vanished without a FIN is noticed within about this long
+	// rather than after TCP keepalive gives up.
+	listenPing = 30 * time.Second
+)
+
+// Listen holds one connection of its own, outside the pool, for as long as
+// ctx lasts, so a LISTEN never takes (or waits for) a pooled connection.
+// When the connection fails it reconnects with jittered, doubling backoff.
+func (s *Store) Listen(ctx context.Context, fn func(store.Due)) error {
+	backoff := listenMinBackoff
+	for {
+		if s.listenOnce(ctx, fn) {
+			backoff = listenMinBackoff // it worked for a while: retry soon
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, listenMaxBackoff)
+	}
+}
+
+// listenOnce connects, listens and passes notifications on until the
+// connection fails or ctx ends. It reports whether it got as far as listening.
+func (s *Store) listenOnce(ctx context.Context, fn func(store.Due)) bool {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	if err != nil {
+		return false
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return false
+	}
+	if s.onListen != nil {
+		s.onListen(conn.PgConn().PID())
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenPing)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			if d, ok := s.parse(n.Payload); ok {
+				fn(d)
+			}
+		case ctx.Err() != nil:
+			return true
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return true
+			}
+		default:
+			return true
+		}
+	}
 }

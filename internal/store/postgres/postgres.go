@@ -29,11 +29,12 @@ import (
 )
 
 var (
-	_ store.Store  = (*Store)(nil)
-	_ store.Leaser = (*Store)(nil)
+	_ store.Store    = (*Store)(nil)
+	_ store.Leaser   = (*Store)(nil)
+	_ store.Notifier = (*Store)(nil)
 )
 
-// Store implements store.Store and store.Leaser.
+// Store implements store.Store, store.Leaser and store.Notifier.
 type Store struct {
 	pool *pgxpool.Pool
 	// token marks this instance's notifications, so Listen can skip them
@@ -42,6 +43,10 @@ type Store struct {
 	// channel is the NOTIFY channel, one per schema: deployments (and tests)
 	// in different schemas of one database do not wake each other.
 	channel string
+
+	// onListen, when set (tests), is called each time Listen has a
+	// connection listening, with that connection's backend PID.
+	onListen func(pid uint32)
 }
 
 // config parses url for the pool. Defaults hookd relies on are added only

@@ -1,0 +1,159 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+// listener runs one Store's Listen for a test and collects what it hears.
+type listener struct {
+	got   chan store.Due
+	ready chan uint32 // backend PID, each time it is listening
+	done  chan error
+	pid   uint32 // of the first connection
+}
+
+func listen(t *testing.T, s *Store) *listener {
+	t.Helper()
+	l := &listener{got: make(chan store.Due, 1000), ready: make(chan uint32, 10), done: make(chan error, 1)}
+	s.onListen = func(pid uint32) { l.ready <- pid }
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		l.done <- s.Listen(ctx, func(d store.Due) {
+			select {
+			case l.got <- d:
+			default: // fn must not block; the test would fail on the missing item
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-l.done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Listen returned %v, want context.Canceled", err)
+		}
+	})
+	l.pid = l.waitReady(t)
+	return l
+}
+
+const notifyWait = 10 * time.Second
+
+func (l *listener) waitReady(t *testing.T) uint32 {
+	t.Helper()
+	select {
+	case pid := <-l.ready:
+		return pid
+	case <-time.After(notifyWait):
+		t.Fatal("Listen did not start listening")
+		return 0
+	}
+}
+
+// until collects notifications until one for subscription marker arrives,
+// and returns those before it. Notifications of one session arrive in
+// commit order, so everything sent before the marker is in the result.
+func (l *listener) until(t *testing.T, marker string) []store.Due {
+	t.Helper()
+	var before []store.Due
+	deadline := time.After(notifyWait)
+	for {
+		select {
+		case d := <-l.got:
+			if d.SubscriptionID == marker {
+				return before
+			}
+			before = append(before, d)
+		case <-deadline:
+			t.Fatalf("no notification for %s; got %+v", marker, before)
+		}
+	}
+}
+
+func TestNotifyReachesOtherInstances(t *testing.T) {
+	u := newSchema(t)
+	a, b := openURL(t, u), openURL(t, u)
+	la, lb := listen(t, a), listen(t, b)
+	x, y, z := activeSub(t, a, "x.example:443"), activeSub(t, a, "y.example:443"), activeSub(t, a, "z.example:443")
+	due := func(s core.Subscription) store.Due {
+		return store.Due{SubscriptionID: s.ID, Shard: core.ShardOf(s.Host)}
+	}
+
+	// One batch of three events to x and y: B hears each subscription once.
+	res := insert(t, a, event(x, y), event(x, y), event(x))
+	insert(t, a, event(z)) // marker
+	got := lb.until(t, z.ID)
+	if len(got) != 2 || !(got[0] == due(x) && got[1] == due(y) || got[0] == due(y) && got[1] == due(x)) {
+		t.Fatalf("B heard %+v, want x and y once each", got)
+	}
+	// A's own writes are not passed to A: B writes a marker, and A hears
+	// only that (A's notifications, sent before, would have come first).
+	insert(t, b, event(y))
+	if got := la.until(t, y.ID); len(got) != 0 {
+		t.Fatalf("A heard its own writes: %+v", got)
+	}
+
+	// The other writes that make work due notify too.
+	ctx := t.Context()
+	d := res[0].Deliveries[0]
+	if err := a.DeliveryRecordResults(ctx, []store.AttemptResult{{Attempt: core.Attempt{DeliveryID: d.ID, N: 1,
+		StartedAt: time.Now(), StatusCode: 400}, State: core.DeliveryFailed, Now: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DeliveryReplay(ctx, "", d.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := lb.until(t, x.ID); len(got) != 0 {
+		t.Fatalf("before the replay's notification: %+v", got)
+	}
+	paused := z
+	paused.State = core.SubPaused
+	if err := a.SubscriptionUpdate(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SubscriptionUpdate(ctx, z); err != nil { // back to active
+		t.Fatal(err)
+	}
+	if got := lb.until(t, z.ID); len(got) != 0 {
+		t.Fatalf("before the resume's notification: %+v", got)
+	}
+	if err := a.DeliveryRecordResults(ctx, []store.AttemptResult{{Attempt: core.Attempt{DeliveryID: d.ID, N: 2,
+		StartedAt: time.Now(), StatusCode: 400}, State: core.DeliveryFailed, Now: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	job := core.ReplayJob{ID: core.NewID("rpl"), TenantID: core.DefaultTenant, SubscriptionID: x.ID,
+		Since: time.Now().Add(-time.Hour), CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if err := a.ReplayJobCreate(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := a.ReplayJobStep(ctx, job.ID, 10, time.Now()); err != nil || j.Replayed != 1 {
+		t.Fatalf("ReplayJobStep: %+v, %v", j, err)
+	}
+	if got := lb.until(t, x.ID); len(got) != 0 {
+		t.Fatalf("before the replay job's notification: %+v", got)
+	}
+}
+
+// Listen survives losing its connection: it reconnects and hears again.
+func TestListenReconnects(t *testing.T) {
+	u := newSchema(t)
+	a, b := openURL(t, u), openURL(t, u)
+	lb := listen(t, b)
+	x := activeSub(t, a, "x.example:443")
+	insert(t, a, event(x))
+	lb.until(t, x.ID)
+
+	// Kill B's listening backend; B must come back on its own.
+	if _, err := a.pool.Exec(t.Context(), `SELECT pg_terminate_backend($1)`, lb.pid); err != nil {
+		t.Fatal(err)
+	}
+	if again := lb.waitReady(t); again == lb.pid {
+		t.Fatalf("listening again on the killed backend %d", again)
+	}
+	insert(t, a, event(x))
+	lb.until(t, x.ID)
+}
