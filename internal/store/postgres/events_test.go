@@ -1,11 +1,17 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"hookd/internal/core"
 	"hookd/internal/store"
 )
 
@@ -88,5 +94,66 @@ func TestConcurrentIdempotencyAcrossInstances(t *testing.T) {
 	}
 	if !slices.Equal(seqs, want) {
 		t.Fatalf("sequences %v, want 1..%d", seqs, 2*rounds)
+	}
+}
+
+// roundTrips counts the statements and batches a connection sends: each is
+// one round trip to the server.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// The outbox write is a fixed handful of round trips, not one per row: a
+// batch of 256 events with 10 deliveries each (some on an ordered line)
+// costs BEGIN, events, sequences, deliveries, COMMIT.
+func TestEventInsertBatchRoundTrips(t *testing.T) {
+	cfg, err := config(newSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &roundTrips{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := open(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var subs []core.Subscription
+	for i := range 10 {
+		subs = append(subs, activeSub(t, s, fmt.Sprintf("h%d.example:443", i)))
+	}
+	subs[0].Ordered = true
+	if err := s.SubscriptionUpdate(t.Context(), subs[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ordering string
+		want     int64
+	}{{"", 4}, {"line", 5}} {
+		var batch []store.EventInsert
+		for i := range 256 {
+			in := event(subs...)
+			in.Event.IdempotencyKey, in.Event.OrderingKey = fmt.Sprintf("k-%q-%d", c.ordering, i), c.ordering
+			batch = append(batch, in)
+		}
+		before := tr.n.Load()
+		insert(t, s, batch...)
+		if got := tr.n.Load() - before; got != c.want {
+			t.Errorf("ordering key %q: %d round trips for 256 events x 10 deliveries, want %d", c.ordering, got, c.want)
+		}
 	}
 }
