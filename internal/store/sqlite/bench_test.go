@@ -63,3 +63,50 @@ func benchInsert(b *testing.B, events, per int) {
 	}
 	b.ReportMetric(float64(b.N*events*(1+per))/b.Elapsed().Seconds(), "rows/s")
 }
+
+// BenchmarkDeliveryRecordResults measures the result write: one durable
+// transaction per batch of first-try successes.
+func BenchmarkDeliveryRecordResults(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("results=%d", n), func(b *testing.B) {
+			ctx := b.Context()
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			now := time.Now().UTC()
+			host := "h.example:443"
+			sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host,
+				Host: host, EventTypes: []string{"*"}, Secret: "whsec_x", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
+			if err := s.SubscriptionCreate(ctx, sub); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				batch := make([]store.EventInsert, n)
+				rs := make([]store.AttemptResult, n)
+				for i := range batch {
+					e := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "payment.succeeded",
+						Payload: []byte(`{}`), CreatedAt: now}
+					d := core.Delivery{ID: core.NewID("dlv"), EventID: e.ID, SubscriptionID: sub.ID,
+						TenantID: e.TenantID, EventType: e.Type, Host: host, Shard: core.ShardOf(host),
+						State: core.DeliveryPending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
+					batch[i] = store.EventInsert{Event: e, Deliveries: []core.Delivery{d}}
+					rs[i] = store.AttemptResult{Attempt: core.Attempt{DeliveryID: d.ID, N: 1, StartedAt: now,
+						Duration: time.Millisecond, StatusCode: 200, Response: "ok"}, State: core.DeliveryDelivered, Now: now}
+				}
+				if _, err := s.EventInsertBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := s.DeliveryRecordResults(ctx, rs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "results/s")
+		})
+	}
+}

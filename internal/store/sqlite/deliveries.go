@@ -288,12 +288,24 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 	return st, nil
 }
 
-const (
-	insertAttemptSQL = `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, n) DO NOTHING`
-	updateResultSQL = `UPDATE deliveries SET attempt_count = ?, last_status = ?, last_error = ?, state = ?,
-		next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'pending' AND attempt_count < ?`
-)
+var insertAttempts = multiRow{
+	head: `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response) VALUES`,
+	row:  `(?, ?, ?, ?, ?, ?, ?)`,
+	tail: `ON CONFLICT (delivery_id, n) DO NOTHING`,
+	cols: 7,
+}
+
+// updateResults moves each delivery on from its attempt. A delivery
+// updated twice by one statement would take an arbitrary one of its rows,
+// so DeliveryRecordResults never puts a delivery twice in one statement.
+var updateResults = multiRow{
+	head: `UPDATE deliveries SET attempt_count = v.column1, last_status = v.column2, last_error = v.column3,
+		state = v.column4, next_attempt_at = v.column5, updated_at = v.column6 FROM (VALUES`,
+	row: `(?, ?, ?, ?, ?, ?, ?)`,
+	tail: `) AS v WHERE deliveries.id = v.column7 AND deliveries.state = 'pending'
+		AND deliveries.attempt_count < v.column1`,
+	cols: 7,
+}
 
 func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
 	if len(rs) == 0 {
@@ -303,27 +315,24 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 		// A result recorded twice (a retried call whose first commit did land)
 		// keeps the first row; attempt_count < n keeps a stale result from
 		// winding a delivery back.
-		insA, err := s.inTx(ctx, tx, insertAttemptSQL)
-		if err != nil {
-			return err
-		}
-		defer insA.Close()
-		upd, err := s.inTx(ctx, tx, updateResultSQL)
-		if err != nil {
-			return err
-		}
-		defer upd.Close()
+		ins := make([]any, 0, len(rs)*insertAttempts.cols)
+		upd := make([]any, 0, len(rs)*updateResults.cols)
+		seen := make(map[string]bool, len(rs))
 		for _, r := range rs {
 			a := r.Attempt
-			if _, err := insA.ExecContext(ctx, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration),
-				a.StatusCode, a.Error, a.Response); err != nil {
-				return err
+			if seen[a.DeliveryID] {
+				if err := s.execRows(ctx, tx, updateResults, upd); err != nil {
+					return err
+				}
+				upd, seen = upd[:0], map[string]bool{}
 			}
-			if _, err := upd.ExecContext(ctx, a.N, a.StatusCode, a.Error, string(r.State),
-				ns(r.NextAttemptAt), ns(r.Now), a.DeliveryID, a.N); err != nil {
-				return err
-			}
+			seen[a.DeliveryID] = true
+			ins = append(ins, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response)
+			upd = append(upd, a.N, a.StatusCode, a.Error, string(r.State), ns(r.NextAttemptAt), ns(r.Now), a.DeliveryID)
 		}
-		return nil
+		if err := s.execRows(ctx, tx, updateResults, upd); err != nil {
+			return err
+		}
+		return s.execRows(ctx, tx, insertAttempts, ins)
 	}))
 }

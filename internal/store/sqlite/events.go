@@ -17,17 +17,24 @@ const (
 	findKeySQL     = `SELECT id FROM events WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''`
 	insertEventSQL = `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`
-	insertDeliverySQL = `INSERT INTO deliveries (` + deliveryColumns + `, round_started_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	subOrderedSQL = `SELECT ordered FROM subscriptions WHERE id = ?`
 	nextSeqSQL    = `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
 		ON CONFLICT (subscription_id, ordering_key) DO UPDATE SET last_sequence = last_sequence + 1
 		RETURNING last_sequence`
 )
 
+var insertDeliveries = multiRow{
+	head: `INSERT INTO deliveries (` + deliveryColumns + `, round_started_at) VALUES`,
+	row:  `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	cols: 18,
+}
+
 // batchStmts are the hot statements bound to one EventInsertBatch transaction.
 type batchStmts struct {
-	findKey, insEvent, insDelivery, subOrdered, nextSeq *sql.Stmt
+	findKey, insEvent, subOrdered, nextSeq *sql.Stmt
+	// deliveryArgs collects the batch's delivery rows; they are written
+	// after every event, a chunk of rows per statement.
+	deliveryArgs []any
 }
 
 func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, error) {
@@ -38,7 +45,6 @@ func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, erro
 	}{
 		{&b.findKey, findKeySQL},
 		{&b.insEvent, insertEventSQL},
-		{&b.insDelivery, insertDeliverySQL},
 		{&b.subOrdered, subOrderedSQL},
 		{&b.nextSeq, nextSeqSQL},
 	} {
@@ -53,7 +59,7 @@ func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, erro
 }
 
 func (b *batchStmts) close() {
-	for _, st := range []*sql.Stmt{b.findKey, b.insEvent, b.insDelivery, b.subOrdered, b.nextSeq} {
+	for _, st := range []*sql.Stmt{b.findKey, b.insEvent, b.subOrdered, b.nextSeq} {
 		if st != nil {
 			st.Close()
 		}
@@ -80,7 +86,7 @@ func (s *Store) EventInsertBatch(ctx context.Context, batch []store.EventInsert)
 			}
 			out = append(out, r)
 		}
-		return nil
+		return s.execRows(ctx, tx, insertDeliveries, st.deliveryArgs)
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -135,9 +141,7 @@ func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in 
 				}
 			}
 		}
-		if _, err := st.insDelivery.ExecContext(ctx, append(deliveryArgs(d), ns(d.CreatedAt))...); err != nil {
-			return store.EventInsertResult{}, err
-		}
+		st.deliveryArgs = append(append(st.deliveryArgs, deliveryArgs(d)...), ns(d.CreatedAt))
 	}
 	return store.EventInsertResult{EventID: ev.ID, Deliveries: ds}, nil
 }

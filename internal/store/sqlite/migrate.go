@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,7 +55,10 @@ func migrations() ([]migration, error) {
 
 // migrate applies every migration not yet recorded. Running it again is a
 // no-op, so every Open can call it.
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB) error { return migrateTo(ctx, db, math.MaxInt) }
+
+// migrateTo applies the migrations up to version last (tests build old schemas with it).
+func migrateTo(ctx context.Context, db *sql.DB, last int) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -67,6 +71,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
+		if m.version > last {
+			break
+		}
 		err := func() error {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {

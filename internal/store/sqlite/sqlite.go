@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,8 +36,56 @@ type Store struct {
 // hotWrites are the statements every ingest and result batch runs.
 // Preparing costs more than running them, so each is prepared once on the
 // one writer connection and reused by every transaction.
-var hotWrites = []string{insertDeliverySQL, insertEventSQL, findKeySQL, subOrderedSQL, nextSeqSQL,
-	insertAttemptSQL, updateResultSQL}
+var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subOrderedSQL, nextSeqSQL},
+	insertDeliveries.all(), insertAttempts.all(), updateResults.all())
+
+// rowChunks are the row counts a multi-row statement is prepared for; n rows
+// go out as the fewest statements (10 = 8 + 2). One statement per row costs
+// a round through database/sql and the VDBE set-up per row; a chunk pays it once.
+var rowChunks = []int{32, 16, 8, 4, 2, 1}
+
+// multiRow is a statement whose VALUES list repeats once per row.
+type multiRow struct {
+	head, row, tail string // "INSERT INTO t (a, b) VALUES", "(?, ?)", "ON CONFLICT ..."
+	cols            int
+}
+
+func (m multiRow) sql(rows int) string {
+	return m.head + " " + strings.TrimSuffix(strings.Repeat(m.row+", ", rows), ", ") + " " + m.tail
+}
+
+func (m multiRow) all() []string {
+	var qs []string
+	for _, k := range rowChunks {
+		qs = append(qs, m.sql(k))
+	}
+	return qs
+}
+
+// execRows runs m inside tx over rows of m.cols values each, flattened into args.
+func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m multiRow, args []any) error {
+	for len(args) > 0 {
+		n := len(args) / m.cols
+		k := rowChunks[len(rowChunks)-1]
+		for _, c := range rowChunks {
+			if c <= n {
+				k = c
+				break
+			}
+		}
+		st, err := s.inTx(ctx, tx, m.sql(k))
+		if err != nil {
+			return err
+		}
+		_, err = st.ExecContext(ctx, args[:k*m.cols]...)
+		st.Close()
+		if err != nil {
+			return err
+		}
+		args = args[k*m.cols:]
+	}
+	return nil
+}
 
 // inTx returns hot write statement q for use in tx.
 func (s *Store) inTx(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
@@ -48,7 +97,7 @@ func (s *Store) inTx(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, erro
 }
 
 // pragmas are applied by the driver to every new pooled connection.
-const pragmas = "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)"
+const pragmas = "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)&_pragma=temp_store(MEMORY)"
 
 func dsn(path string, readOnly bool) (string, error) {
 	// The driver cuts its parameters at the first '?', and "file:" would turn

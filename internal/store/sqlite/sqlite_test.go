@@ -1,9 +1,11 @@
 package sqlite
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"hookd/internal/core"
 	"hookd/internal/store"
@@ -72,17 +74,19 @@ func TestPragmasOnEveryConnection(t *testing.T) {
 	check := func(what string, q func(query string, dest any) error) {
 		t.Helper()
 		var mode string
-		var sync, fk, busy int
+		var sync, fk, busy, temp int
 		for _, c := range []struct {
 			q    string
 			dest any
-		}{{"PRAGMA journal_mode", &mode}, {"PRAGMA synchronous", &sync}, {"PRAGMA foreign_keys", &fk}, {"PRAGMA busy_timeout", &busy}} {
+		}{{"PRAGMA journal_mode", &mode}, {"PRAGMA synchronous", &sync}, {"PRAGMA foreign_keys", &fk},
+			{"PRAGMA busy_timeout", &busy}, {"PRAGMA temp_store", &temp}} {
 			if err := q(c.q, c.dest); err != nil {
 				t.Fatalf("%s: %s: %v", what, c.q, err)
 			}
 		}
-		if mode != "wal" || sync != 2 || fk != 1 || busy != 5000 {
-			t.Fatalf("%s: journal_mode=%s synchronous=%d foreign_keys=%d busy_timeout=%d; want wal 2 1 5000", what, mode, sync, fk, busy)
+		if mode != "wal" || sync != 2 || fk != 1 || busy != 5000 || temp != 2 {
+			t.Fatalf("%s: journal_mode=%s synchronous=%d foreign_keys=%d busy_timeout=%d temp_store=%d; want wal 2 1 5000 2",
+				what, mode, sync, fk, busy, temp)
 		}
 	}
 	// Hold several read connections at once so the pool has to open new ones.
@@ -139,6 +143,127 @@ func TestDueQueriesUseSubscriptionIndex(t *testing.T) {
 		p := strings.Join(plan, "\n")
 		if !strings.Contains(p, "deliveries_subscription_due") || strings.Contains(p, "TEMP B-TREE") || strings.Contains(p, "SCAN d ") || strings.Contains(p, "SCAN deliveries") {
 			t.Fatalf("%s plan:\n%s", name, p)
+		}
+	}
+}
+
+// Migration 0004 rebuilds deliveries; a file written by the schema before it
+// must keep every delivery and attempt, with foreign keys intact.
+func TestRebuildOfDeliveriesKeepsRows(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "hookd.db")
+	w, err := openWriter(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateTo(ctx, w, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO subscriptions (id, tenant_id, url, host, event_types, secret, state, created_at, updated_at)
+			VALUES ('sub_1', 'default', 'https://h.example/', 'h.example:443', '["*"]', 'whsec_x', 'active', 1, 1)`,
+		`INSERT INTO events (id, tenant_id, type, payload, created_at) VALUES ('evt_1', 'default', 'a.b', X'7B7D', 1)`,
+		`INSERT INTO deliveries (id, event_id, subscription_id, tenant_id, event_type, host, shard, state,
+			attempt_count, next_attempt_at, last_status, created_at, updated_at, round_started_at)
+			VALUES ('dlv_1', 'evt_1', 'sub_1', 'default', 'a.b', 'h.example:443', 7, 'pending', 1, 5, 500, 1, 2, 1)`,
+		`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, response)
+			VALUES ('dlv_1', 1, 3, 4, 500, 'oops')`,
+	} {
+		if _, err := w.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	w.Close()
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d, as, err := s.DeliveryGet(ctx, "", "dlv_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != core.DeliveryPending || d.AttemptCount != 1 || d.LastStatus != 500 || d.Shard != 7 || len(as) != 1 || as[0].Response != "oops" {
+		t.Fatalf("after the rebuild: %+v, attempts %+v", d, as)
+	}
+	var withoutRowid int
+	if err := s.r.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE name = 'deliveries'`).Scan(&withoutRowid); err != nil {
+		t.Fatal(err)
+	}
+	var violations int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM pragma_foreign_key_check`).Scan(&violations); err != nil {
+		t.Fatal(err)
+	}
+	var shardIndex int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'deliveries_shard_due'`).Scan(&shardIndex); err != nil {
+		t.Fatal(err)
+	}
+	if withoutRowid != 1 || violations != 0 || shardIndex != 0 {
+		t.Fatalf("deliveries WITHOUT ROWID=%d, foreign key violations %d, shard index present %d; want 1 0 0", withoutRowid, violations, shardIndex)
+	}
+	// Deleting an event still cascades to its deliveries and their attempts.
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM events WHERE id = 'evt_1'`); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := s.r.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM attempts)`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d deliveries and attempts left after deleting their event", left)
+	}
+}
+
+// Results are written a chunk of rows per statement; two results for one
+// delivery in one call must still apply in order, and a batch larger than
+// the biggest chunk must write every row.
+func TestRecordResultsAppliesRepeatsInOrder(t *testing.T) {
+	ctx := t.Context()
+	s := openTemp(t)
+	defer s.Close()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sub := core.Subscription{ID: "sub_1", TenantID: core.DefaultTenant, URL: "https://h.example/", Host: "h.example:443",
+		EventTypes: []string{"*"}, Secret: "whsec_x", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
+	if err := s.SubscriptionCreate(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	const n = 70 // 32 + 32 + 4 + 2
+	batch := make([]store.EventInsert, n)
+	for i := range batch {
+		e := core.Event{ID: fmt.Sprintf("evt_%03d", i), TenantID: core.DefaultTenant, Type: "a.b", Payload: []byte(`{}`), CreatedAt: now}
+		batch[i] = store.EventInsert{Event: e, Deliveries: []core.Delivery{{ID: fmt.Sprintf("dlv_%03d", i), EventID: e.ID,
+			SubscriptionID: sub.ID, TenantID: e.TenantID, EventType: e.Type, Host: sub.Host, State: core.DeliveryPending,
+			NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}}}
+	}
+	if _, err := s.EventInsertBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var rs []store.AttemptResult
+	for i := range n {
+		a := core.Attempt{DeliveryID: fmt.Sprintf("dlv_%03d", i), N: 1, StartedAt: now, StatusCode: 500}
+		rs = append(rs, store.AttemptResult{Attempt: a, State: core.DeliveryPending, NextAttemptAt: now.Add(time.Minute), Now: now})
+	}
+	// dlv_000 again: its second try succeeded, in the same call.
+	rs = append(rs, store.AttemptResult{Attempt: core.Attempt{DeliveryID: "dlv_000", N: 2, StartedAt: now, StatusCode: 200},
+		State: core.DeliveryDelivered, Now: now})
+	if err := s.DeliveryRecordResults(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	d, as, err := s.DeliveryGet(ctx, "", "dlv_000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != core.DeliveryDelivered || d.AttemptCount != 2 || len(as) != 2 {
+		t.Fatalf("dlv_000: state %s, attempt_count %d, %d attempts; want delivered 2 2", d.State, d.AttemptCount, len(as))
+	}
+	for i := 1; i < n; i++ {
+		d, as, err := s.DeliveryGet(ctx, "", fmt.Sprintf("dlv_%03d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State != core.DeliveryPending || d.AttemptCount != 1 || d.LastStatus != 500 || len(as) != 1 || !d.NextAttemptAt.Equal(now.Add(time.Minute)) {
+			t.Fatalf("%s: %+v with %d attempts", d.ID, d, len(as))
 		}
 	}
 }
