@@ -22,6 +22,7 @@ import (
 	"hookd/internal/replay"
 	"hookd/internal/send"
 	"hookd/internal/store"
+	"hookd/internal/store/postgres"
 	"hookd/internal/store/sqlite"
 	"hookd/internal/subs"
 )
@@ -46,10 +47,12 @@ type App struct {
 	stopping atomic.Bool
 }
 
-// OpenStore opens the store a --db value names, running migrations.
+// OpenStore opens the store a --db value names, running migrations: a
+// postgres:// or postgresql:// URL is a PostgreSQL database several nodes
+// can share, anything else a SQLite file path.
 func OpenStore(ctx context.Context, db string) (store.Store, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-		return nil, errors.New("--db: the PostgreSQL backend is not built yet; use a SQLite file path")
+		return postgres.Open(ctx, db)
 	}
 	return sqlite.Open(ctx, db)
 }
