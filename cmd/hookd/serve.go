@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"hookd/internal/api"
@@ -101,7 +103,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", "migrate [flags]", stderr)
-	db := fs.String("db", "./hookd.db", "SQLite file path")
+	db := fs.String("db", "./hookd.db", "SQLite file path, or postgres:// URL (search_path=SCHEMA selects a schema)")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -112,8 +114,25 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "migrated %s\n", *db)
+	fmt.Fprintf(stdout, "migrated %s\n", redactDB(*db))
 	return st.Close()
+}
+
+// redactDB is a --db value fit to print: a database URL loses its
+// password, whether in the user part or in a password parameter.
+func redactDB(db string) string {
+	if !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://") {
+		return db
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return "(unparsable database URL)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
 // checkPprofAddr accepts only a loopback address for --pprof: profiles and
