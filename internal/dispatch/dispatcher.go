@@ -13,6 +13,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,9 +37,16 @@ type Config struct {
 	Log    *slog.Logger
 	// HostConcurrency caps in-flight attempts per destination host (default 10).
 	HostConcurrency int
-	// Window caps the due deliveries held in memory per lane, for each of
-	// its new and backlog queues (default 32).
+	// Window caps the due deliveries a lane fetches from the store and
+	// holds as its backlog (default 32).
 	Window int
+	// FreshWindow caps the deliveries handed over at ingest that a lane
+	// holds (default 4096), and FreshBytes those held by every lane
+	// together, counting payloads (default 64 MiB). Under load, hand-offs
+	// kept in memory save reading them back from the store; beyond these
+	// bounds they wait in the store, so memory never grows with a backlog.
+	FreshWindow int
+	FreshBytes  int64
 	// FlushInterval bounds how long a result waits to be written (default 20ms).
 	FlushInterval time.Duration
 	// Resync is how often the store is asked for every subscription with
@@ -52,13 +60,14 @@ type Dispatcher struct {
 	cfg     Config
 	results *resultWriter
 
-	mu       sync.Mutex
-	hosts    map[string]*host
-	health   map[string]*subHealth // by subscription ID
-	wakes    wakeHeap
-	stopping bool
-	expiring bool          // an expireHeld pass is running
-	kick     chan struct{} // the earliest wake-up changed
+	mu         sync.Mutex
+	freshBytes int64 // held in every lane's fresh queue, see jobSize
+	hosts      map[string]*host
+	health     map[string]*subHealth // by subscription ID
+	wakes      wakeHeap
+	stopping   bool
+	expiring   bool          // an expireHeld pass is running
+	kick       chan struct{} // the earliest wake-up changed
 
 	sendCtx    context.Context
 	cancelSend context.CancelFunc
@@ -109,6 +118,12 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Window <= 0 {
 		cfg.Window = 32
 	}
+	if cfg.FreshWindow <= 0 {
+		cfg.FreshWindow = 4096
+	}
+	if cfg.FreshBytes <= 0 {
+		cfg.FreshBytes = 64 << 20
+	}
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = 20 * time.Millisecond
 	}
@@ -156,9 +171,11 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 		}
 		// An ordered delivery may wait on a predecessor: the store decides
 		// which ordering key's head is due.
-		if j.Delivery.Sequence == 0 && len(l.fresh) < d.cfg.Window {
+		if size := jobSize(&j); j.Delivery.Sequence == 0 && len(l.fresh) < d.freshCap(h, now) &&
+			d.freshBytes+size <= d.cfg.FreshBytes {
 			l.fresh = append(l.fresh, j)
 			l.known[j.Delivery.ID] = true
+			d.freshBytes += size
 		} else {
 			l.due(now)
 		}
@@ -226,6 +243,35 @@ func (l *lane) due(t time.Time) {
 
 func (l *lane) queued() int { return len(l.fresh) + len(l.backlog) }
 
+// freshCap is how many hand-offs a lane of h may hold. Beyond Window only
+// while h is taking work: what waits out a breaker or a pause waits in the
+// store, so that when h recovers the newest work is what sits in memory.
+func (d *Dispatcher) freshCap(h *host, now time.Time) int {
+	if h.breaker.state != closed || now.Before(h.pauseUntil) {
+		return d.cfg.Window
+	}
+	return d.cfg.FreshWindow
+}
+
+// trimFresh forgets the oldest hand-offs above the lane's cap (the store
+// still holds them pending; a refill brings them back in order).
+func (d *Dispatcher) trimFresh(h *host, l *lane, now time.Time) {
+	over := len(l.fresh) - d.freshCap(h, now)
+	if over <= 0 {
+		return
+	}
+	for i := range over {
+		delete(l.known, l.fresh[i].Delivery.ID)
+		d.freshBytes -= jobSize(&l.fresh[i])
+	}
+	l.fresh = slices.Clone(l.fresh[over:])
+	l.due(now)
+}
+
+// jobSize is what a held job costs in memory: its payload and about as
+// much again as the rest of it.
+func jobSize(j *core.Job) int64 { return int64(len(j.Event.Payload)) + 512 }
+
 // pump starts what admission allows, refills lanes that run low, and
 // queues the host's next wake-up. Called with d.mu held after anything
 // that changes a host.
@@ -241,6 +287,7 @@ func (d *Dispatcher) pump(h *host, now time.Time) {
 		d.start(h, l, sub, now)
 	}
 	for _, l := range h.lanes {
+		d.trimFresh(h, l, now)
 		if len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !l.storeDue.IsZero() && !l.storeDue.After(now) {
 			// The refill consumes storeDue; anything due that appears while
 			// it runs (a hand-off that overflowed) sets it again.
@@ -323,6 +370,9 @@ func (d *Dispatcher) drop(l *lane) {
 			delete(l.known, j.Delivery.ID)
 		}
 	}
+	for i := range l.fresh {
+		d.freshBytes -= jobSize(&l.fresh[i])
+	}
 	l.fresh, l.backlog = nil, nil
 }
 
@@ -344,6 +394,7 @@ func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Ti
 		j, l.backlog = l.backlog[0], l.backlog[1:]
 	} else {
 		j, l.fresh = l.fresh[0], l.fresh[1:]
+		d.freshBytes -= jobSize(&j)
 	}
 	l.bucket.take()
 	h.aimdBucket.take()

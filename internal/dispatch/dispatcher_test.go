@@ -287,3 +287,140 @@ func TestOverflowDuringRefillIsNotLost(t *testing.T) {
 		return l.known[late]
 	})
 }
+
+// refillCounter counts refills: reads of due work back from the store.
+type refillCounter struct {
+	store.Store
+	due atomic.Int64
+}
+
+func (s *refillCounter) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
+	s.due.Add(1)
+	return s.Store.DeliveryDue(ctx, p)
+}
+
+// Under load, hand-offs beyond the backlog window stay in memory while the
+// host takes work (no read back from the store), within the byte budget;
+// once the host stops taking work (a Retry-After pause) the lane keeps only
+// a window of them, and everything is still delivered exactly once.
+func TestHandOffsBeyondWindowStayInMemoryWhileHostTakesWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "busy.example:80")
+	cs := &refillCounter{Store: b.store}
+	release := make(chan struct{})
+	var sent sync.Map
+	var sends atomic.Int64
+	d := New(Config{Store: cs, Subs: b.subs, Window: 4, Resync: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+			if _, dup := sent.LoadOrStore(j.Delivery.ID, true); dup {
+				t.Errorf("%s sent twice", j.Delivery.ID)
+			}
+			sends.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return send.Outcome{Class: send.Delivered, StatusCode: 200}
+		})})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Stop(ctx)
+	})
+	ids := b.pending(t, sub, 100)
+	var jobs []core.Job
+	for _, id := range ids {
+		dl := b.state(t, id)
+		ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, core.Job{Delivery: dl, Event: ev})
+	}
+	d.Notify(jobs)
+	testenv.Eventually(t, 5*time.Second, "the host's cap in flight", func() bool { return sends.Load() == core.DefaultHostConcurrency })
+	if window, _ := d.held(sub.Host); window != 100-core.DefaultHostConcurrency {
+		t.Fatalf("%d hand-offs held while the host takes work, want %d", window, 100-core.DefaultHostConcurrency)
+	}
+	if n := cs.due.Load(); n != 0 {
+		t.Fatalf("%d refills while every hand-off fit in memory, want 0", n)
+	}
+
+	// A Retry-After pause: the lane keeps a window and leaves the rest to the store.
+	d.mu.Lock()
+	h, _ := d.lane(sub.Host, sub.ID)
+	h.pauseUntil = time.Now().Add(200 * time.Millisecond)
+	d.pump(h, time.Now())
+	d.mu.Unlock()
+	if window, _ := d.held(sub.Host); window > 4 {
+		t.Fatalf("%d hand-offs held while the host is paused, want at most the window of 4", window)
+	}
+	close(release)
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	if n := sends.Load(); n != 100 {
+		t.Fatalf("%d sends for 100 deliveries", n)
+	}
+}
+
+// The byte budget bounds hand-offs across all lanes: beyond it they wait in
+// the store and are still delivered.
+func TestHandOffsBeyondTheByteBudgetWaitInTheStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "budget.example:80")
+	release := make(chan struct{})
+	d := New(Config{Store: b.store, Subs: b.subs, Window: 4, FreshBytes: 20 * 520, Resync: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return send.Outcome{Class: send.Delivered, StatusCode: 200}
+		})})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Stop(ctx)
+	})
+	ids := b.pending(t, sub, 100)
+	var jobs []core.Job
+	for _, id := range ids {
+		dl := b.state(t, id)
+		ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, core.Job{Delivery: dl, Event: ev})
+	}
+	d.Notify(jobs)
+	d.mu.Lock()
+	held := d.freshBytes
+	d.mu.Unlock()
+	if held > 20*520 {
+		t.Fatalf("%d bytes of hand-offs held, budget %d", held, 20*520)
+	}
+	close(release)
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.freshBytes != 0 {
+		t.Fatalf("%d bytes still counted as held after everything was sent", d.freshBytes)
+	}
+}
