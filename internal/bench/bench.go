@@ -87,29 +87,34 @@ type Summary struct {
 	DeliveriesPerS       float64  `json:"deliveries_per_s"`
 	BaselineDeliveriesPS *float64 `json:"baseline_deliveries_per_s"`
 	RatioToBaseline      *float64 `json:"ratio_to_baseline"`
-	LagP50Ms             float64  `json:"lag_p50_ms"`
-	LagP99Ms             float64  `json:"lag_p99_ms"`
-	LagP999Ms            float64  `json:"lag_p999_ms"`
-	LagMaxMs             float64  `json:"lag_max_ms"`
-	AttemptsTotal        uint64   `json:"attempts_total"`
-	AttemptsPerDelivery  float64  `json:"attempts_per_delivery"`
-	Duplicates           uint64   `json:"duplicates"`
-	Lost                 uint64   `json:"lost"`
-	MissingDeliveries    uint64   `json:"missing_deliveries"`
-	UnexpectedDeliveries uint64   `json:"unexpected_deliveries"`
-	PostErrors           uint64   `json:"post_errors"`
-	FirstPostError       string   `json:"first_post_error,omitempty"`
-	DrainS               float64  `json:"drain_s"`
-	Drained              bool     `json:"drained"`
-	PeakRSSMB            float64  `json:"peak_rss_mb"`
-	RSSOf                string   `json:"rss_of"`
-	ReceiversPeakRSSMB   float64  `json:"receivers_peak_rss_mb,omitempty"`
-	Fanout               int      `json:"fanout"`
-	Concurrency          int      `json:"concurrency"`
-	Target               string   `json:"target"`
-	ReceiversProcess     bool     `json:"receivers_process"`
-	SignaturesChecked    uint64   `json:"signatures_checked"`
-	SignatureFailures    uint64   `json:"signature_failures"`
+	// throughput, everything in-process: CPU time of the whole process per
+	// delivery in each phase, and baseline's over hookd's.
+	CPUUsPerDelivery         *float64 `json:"cpu_us_per_delivery,omitempty"`
+	BaselineCPUUsPerDelivery *float64 `json:"baseline_cpu_us_per_delivery,omitempty"`
+	CPURatioToBaseline       *float64 `json:"cpu_ratio_to_baseline,omitempty"`
+	LagP50Ms                 float64  `json:"lag_p50_ms"`
+	LagP99Ms                 float64  `json:"lag_p99_ms"`
+	LagP999Ms                float64  `json:"lag_p999_ms"`
+	LagMaxMs                 float64  `json:"lag_max_ms"`
+	AttemptsTotal            uint64   `json:"attempts_total"`
+	AttemptsPerDelivery      float64  `json:"attempts_per_delivery"`
+	Duplicates               uint64   `json:"duplicates"`
+	Lost                     uint64   `json:"lost"`
+	MissingDeliveries        uint64   `json:"missing_deliveries"`
+	UnexpectedDeliveries     uint64   `json:"unexpected_deliveries"`
+	PostErrors               uint64   `json:"post_errors"`
+	FirstPostError           string   `json:"first_post_error,omitempty"`
+	DrainS                   float64  `json:"drain_s"`
+	Drained                  bool     `json:"drained"`
+	PeakRSSMB                float64  `json:"peak_rss_mb"`
+	RSSOf                    string   `json:"rss_of"`
+	ReceiversPeakRSSMB       float64  `json:"receivers_peak_rss_mb,omitempty"`
+	Fanout                   int      `json:"fanout"`
+	Concurrency              int      `json:"concurrency"`
+	Target                   string   `json:"target"`
+	ReceiversProcess         bool     `json:"receivers_process"`
+	SignaturesChecked        uint64   `json:"signatures_checked"`
+	SignatureFailures        uint64   `json:"signature_failures"`
 
 	// isolation
 	RateEventsPerS     *float64 `json:"rate_events_per_s,omitempty"`
@@ -533,6 +538,7 @@ type result struct {
 	lost, missing, unexp uint64
 	postErrors           uint64
 	firstErr             string
+	cpu                  time.Duration // this process's CPU time over the phase
 }
 
 // run resets the fleet, runs load (which must return by its own bound),
@@ -548,7 +554,7 @@ func (p *phase) run(ctx context.Context, load func(ctx context.Context), drain t
 		}
 		p.b.prof = true
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPU()
 	stopProgress := p.progress(start)
 	load(ctx)
 	loadEnd := time.Now()
@@ -581,6 +587,7 @@ func (p *phase) run(ctx context.Context, load func(ctx context.Context), drain t
 		time.Sleep(50 * time.Millisecond) // poll interval
 	}
 	res.drainS = time.Since(loadEnd).Seconds()
+	res.cpu = selfCPU() - cpu0
 	stopProgress()
 	if err != nil {
 		return nil, err
@@ -811,6 +818,15 @@ func (b *bench) throughput(ctx context.Context) (*Summary, error) {
 	s.BaselineDeliveriesPS = ptr(round(baseRate, 1))
 	if baseRate > 0 {
 		s.RatioToBaseline = ptr(round(s.DeliveriesPerS/baseRate, 4))
+	}
+	// With hookd, load generator and receivers in this process, CPU per
+	// delivery compares the two phases by work done, which other load on
+	// the machine disturbs far less than it does deliveries per second.
+	if b.opts.Target == "" && b.opts.ReceiversCommand == nil && r.final.delivered > 0 && base.final.delivered > 0 {
+		hk := r.cpu.Seconds() * 1e6 / float64(r.final.delivered)
+		bl := base.cpu.Seconds() * 1e6 / float64(base.final.delivered)
+		s.CPUUsPerDelivery, s.BaselineCPUUsPerDelivery = ptr(round(hk, 1)), ptr(round(bl, 1))
+		s.CPURatioToBaseline = ptr(round(bl/hk, 4))
 	}
 	return s, ctx.Err()
 }

@@ -1,0 +1,16 @@
+package bench
+
+import (
+	"syscall"
+	"time"
+)
+
+// selfCPU is the CPU time (user + system) this process has used so far;
+// zero where getrusage is unavailable.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
