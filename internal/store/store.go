@@ -1,5 +1,5 @@
 // Package store defines the one interface every storage backend implements.
-// Backends live in sqlite/ and (later) postgres/; storetest/ is the conformance
+// Backends live in sqlite/ and postgres/; storetest/ is the conformance
 // suite each of them must pass. Methods are named table first.
 package store
 
@@ -196,21 +196,39 @@ type Leaser interface {
 }
 
 // Notifier is implemented by a backend several nodes share: it tells the
-// owner of a shard about deliveries another node made due, so they go out
-// without waiting for a poll. Writes that make deliveries due (EventInsertBatch,
-// DeliveryReplay, ReplayJobStep, SubscriptionUpdate back to active or to a
-// new host) notify at commit.
+// other nodes what changed, so they act without waiting for a poll. All of
+// it is sent at commit:
+//   - deliveries made due (EventInsertBatch, DeliveryReplay, ReplayJobStep,
+//     SubscriptionUpdate back to active or to a new host): DueDeliveries,
+//     for the owner of their shard;
+//   - a subscription created, updated or deleted: DueSubscription, for
+//     every node's in-memory registry;
+//   - a node joining, giving shards back or leaving (ShardLeases,
+//     ShardRelease): DueLeases, so the others rebalance at once.
 type Notifier interface {
 	// Listen calls fn for each notification from another Store instance
 	// (not this one: its own writes are handed off in-process) until ctx
 	// ends, reconnecting as needed; fn runs on Listen's goroutine and must
-	// not block. It returns ctx's error. A notification may be dropped while
-	// reconnecting, which is why dispatch still polls.
+	// not block. It returns ctx's error. Notifications sent while it is not
+	// listening are lost, so each time it starts listening (the first time
+	// and after every reconnect) it calls fn with DueResumed: the caller
+	// then catches up by reading the store.
 	Listen(ctx context.Context, fn func(Due)) error
 }
 
-// Due names a subscription with deliveries that became due, and its shard.
+// Due is one notification: by default, that a subscription has deliveries
+// that became due, and their shard.
 type Due struct {
-	SubscriptionID string
-	Shard          int
+	Kind           DueKind
+	SubscriptionID string // DueDeliveries, DueSubscription
+	Shard          int    // DueDeliveries
 }
+
+type DueKind uint8
+
+const (
+	DueDeliveries   DueKind = iota // SubscriptionID has due work on Shard
+	DueSubscription                // SubscriptionID was created, changed or deleted
+	DueLeases                      // shard shares changed: lease again now
+	DueResumed                     // Listen (re)started: earlier notifications may be lost
+)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 // leaseLockSQL serialises lease changes of all nodes (per schema): each call
@@ -30,10 +31,17 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 	until := now.Add(ttl)
 	var held []int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// tell: the shares changed (node was not alive before this call,
+		// or it gives shards back), so the others should lease again now
+		// rather than at their next renewal.
+		var tell bool
 		b := &pgx.Batch{}
 		b.Queue(leaseLockSQL)
-		b.Queue(`INSERT INTO nodes (id, alive_until) VALUES ($1, $2)
-			ON CONFLICT (id) DO UPDATE SET alive_until = EXCLUDED.alive_until`, node, until)
+		b.Queue(`WITH old AS (SELECT alive_until FROM nodes WHERE id = $1)
+			INSERT INTO nodes (id, alive_until) VALUES ($1, $2)
+			ON CONFLICT (id) DO UPDATE SET alive_until = EXCLUDED.alive_until
+			RETURNING coalesce((SELECT alive_until <= $3 FROM old), true)`, node, until, now).
+			QueryRow(func(r pgx.Row) error { return r.Scan(&tell) })
 		b.Queue(`DELETE FROM nodes WHERE alive_until < $1`, now.Add(-forgetNodesAfter))
 		b.Queue(`UPDATE shard_leases SET expires_at = $2 WHERE node = $1`, node, until)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -71,6 +79,7 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 			_, err = tx.Exec(ctx, `UPDATE shard_leases SET node = NULL, expires_at = NULL
 				WHERE shard IN (SELECT shard FROM shard_leases WHERE node = $1 ORDER BY shard DESC LIMIT $2)`,
 				node, mine-share)
+			tell = true
 		case mine < share:
 			// SKIP LOCKED: a row another transaction is changing is not
 			// free for us, whatever that transaction does with it.
@@ -79,6 +88,9 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 					WHERE shard < $3 AND (node IS NULL OR expires_at <= $4)
 					ORDER BY shard LIMIT $5 FOR UPDATE SKIP LOCKED)`,
 				node, until, core.NumShards, now, share-mine)
+		}
+		if err == nil && tell {
+			err = s.notify(ctx, tx, store.Due{Kind: store.DueLeases})
 		}
 		if err != nil {
 			return err
@@ -93,14 +105,15 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 	return held, nil
 }
 
-// ShardRelease frees node's shards and forgets the node, so the others'
-// next calls share its shards out at once.
+// ShardRelease frees node's shards and forgets the node, and tells the
+// others, whose next calls (at once, on the notification) share its shards out.
 func (s *Store) ShardRelease(ctx context.Context, node string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(leaseLockSQL)
 		b.Queue(`UPDATE shard_leases SET node = NULL, expires_at = NULL WHERE node = $1`, node)
 		b.Queue(`DELETE FROM nodes WHERE id = $1`, node)
+		s.queueNotify(b, []store.Due{{Kind: store.DueLeases}})
 		return tx.SendBatch(ctx, b).Close()
 	})
 }

@@ -13,12 +13,21 @@ import (
 	"hookd/internal/store"
 )
 
-// A notification's payload is "<token> <shard> <subscription ID>": the
-// token names the Store instance that wrote it, so Listen can skip its own.
+// A notification's payload is "<token> <what>": the token names the Store
+// instance that wrote it, so Listen can skip its own. <what> is
+// "<shard> <subscription ID>" for due deliveries, "sub <subscription ID>"
+// for a subscription change and "leases" for a change of shard shares.
 func (s *Store) payloads(ds []store.Due) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
-		out[i] = s.token + " " + strconv.Itoa(d.Shard) + " " + d.SubscriptionID
+		switch d.Kind {
+		case store.DueSubscription:
+			out[i] = s.token + " sub " + d.SubscriptionID
+		case store.DueLeases:
+			out[i] = s.token + " leases"
+		default:
+			out[i] = s.token + " " + strconv.Itoa(d.Shard) + " " + d.SubscriptionID
+		}
 	}
 	return out
 }
@@ -46,6 +55,12 @@ func (s *Store) parse(payload string) (store.Due, bool) {
 	tok, rest, ok := strings.Cut(payload, " ")
 	if !ok || tok == s.token {
 		return store.Due{}, false
+	}
+	if rest == "leases" {
+		return store.Due{Kind: store.DueLeases}, true
+	}
+	if sub, ok := strings.CutPrefix(rest, "sub "); ok && sub != "" {
+		return store.Due{Kind: store.DueSubscription, SubscriptionID: sub}, true
 	}
 	shard, sub, ok := strings.Cut(rest, " ")
 	n, err := strconv.Atoi(shard)
@@ -105,6 +120,9 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Due)) bool {
 	if s.onListen != nil {
 		s.onListen(conn.PgConn().PID())
 	}
+	// What was sent before this LISTEN (or while reconnecting) is lost:
+	// the caller catches up from the store.
+	fn(store.Due{Kind: store.DueResumed})
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenPing)
 		n, err := conn.WaitForNotification(wctx)

@@ -10,23 +10,29 @@ import (
 	"hookd/internal/store"
 )
 
-// listener runs one Store's Listen for a test and collects what it hears.
+// listener runs one Store's Listen for a test and collects what it hears:
+// due deliveries in got, every other kind in other.
 type listener struct {
-	got   chan store.Due
-	ready chan uint32 // backend PID, each time it is listening
-	done  chan error
-	pid   uint32 // of the first connection
+	got, other chan store.Due
+	ready      chan uint32 // backend PID, each time it is listening
+	done       chan error
+	pid        uint32 // of the first connection
 }
 
 func listen(t *testing.T, s *Store) *listener {
 	t.Helper()
-	l := &listener{got: make(chan store.Due, 1000), ready: make(chan uint32, 10), done: make(chan error, 1)}
+	l := &listener{got: make(chan store.Due, 1000), other: make(chan store.Due, 1000),
+		ready: make(chan uint32, 10), done: make(chan error, 1)}
 	s.onListen = func(pid uint32) { l.ready <- pid }
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		l.done <- s.Listen(ctx, func(d store.Due) {
+			ch := l.got
+			if d.Kind != store.DueDeliveries {
+				ch = l.other
+			}
 			select {
-			case l.got <- d:
+			case ch <- d:
 			default: // fn must not block; the test would fail on the missing item
 			}
 		})
@@ -154,6 +160,88 @@ func TestListenReconnects(t *testing.T) {
 	if again := lb.waitReady(t); again == lb.pid {
 		t.Fatalf("listening again on the killed backend %d", again)
 	}
+	// Once at the start, once after the reconnect: the caller catches up.
+	for resumed := 0; resumed < 2; {
+		if lb.nextOther(t).Kind == store.DueResumed {
+			resumed++
+		}
+	}
 	insert(t, a, event(x))
 	lb.until(t, x.ID)
+}
+
+// nextOther returns the next notification that is not about due deliveries.
+func (l *listener) nextOther(t *testing.T) store.Due {
+	t.Helper()
+	select {
+	case d := <-l.other:
+		return d
+	case <-time.After(notifyWait):
+		t.Fatal("no notification")
+		return store.Due{}
+	}
+}
+
+// Subscription writes tell every other node's registry; lease changes tell
+// the other nodes to lease again; each start of listening says so.
+func TestNotifySubscriptionAndLeaseChanges(t *testing.T) {
+	u := newSchema(t)
+	a, b := openURL(t, u), openURL(t, u)
+	lb := listen(t, b)
+	if d := lb.nextOther(t); d.Kind != store.DueResumed {
+		t.Fatalf("first notification %+v, want DueResumed", d)
+	}
+	ctx := t.Context()
+	changed := func(id string) store.Due { return store.Due{Kind: store.DueSubscription, SubscriptionID: id} }
+	x := activeSub(t, a, "x.example:443")
+	if d := lb.nextOther(t); d != changed(x.ID) {
+		t.Fatalf("after create: %+v", d)
+	}
+	x.Secret = "whsec_rotated"
+	if err := a.SubscriptionUpdate(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	if d := lb.nextOther(t); d != changed(x.ID) {
+		t.Fatalf("after update: %+v", d)
+	}
+	if err := a.SubscriptionDelete(ctx, "", x.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if d := lb.nextOther(t); d != changed(x.ID) {
+		t.Fatalf("after delete: %+v", d)
+	}
+
+	// A node joining tells; renewing an unchanged share does not (the
+	// marker subscription comes next); leaving tells.
+	lease := func() {
+		t.Helper()
+		if _, err := a.ShardLeases(ctx, "n1", leaseTTL, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease()
+	if d := lb.nextOther(t); d.Kind != store.DueLeases {
+		t.Fatalf("after joining: %+v", d)
+	}
+	lease()
+	marker := activeSub(t, a, "m.example:443")
+	if d := lb.nextOther(t); d != changed(marker.ID) {
+		t.Fatalf("after a plain renewal: %+v, want only the marker's change", d)
+	}
+	if err := a.ShardRelease(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if d := lb.nextOther(t); d.Kind != store.DueLeases {
+		t.Fatalf("after release: %+v", d)
+	}
+	// A node above its share gives shards back and tells.
+	lease() // n1 holds all
+	lb.nextOther(t)
+	if _, err := b.ShardLeases(ctx, "n2", leaseTTL, time.Now()); err != nil { // joins, takes none yet
+		t.Fatal(err)
+	}
+	lease() // n1 gives back half
+	if d := lb.nextOther(t); d.Kind != store.DueLeases {
+		t.Fatalf("after giving shards back: %+v", d)
+	}
 }

@@ -52,13 +52,21 @@ func scanSub(row pgx.Row) (core.Subscription, error) {
 	return sub, nil
 }
 
+// changed is the notification that makes every other node reload its
+// subscription registry.
+func changed(id string) store.Due { return store.Due{Kind: store.DueSubscription, SubscriptionID: id} }
+
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO subscriptions (`+subColumns+`)
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO subscriptions (`+subColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
-		sub.ID, sub.TenantID, sub.URL, sub.Host, sub.EventTypes, sub.Secret, sub.PrevSecret, ts(sub.PrevSecretExpiresAt),
-		sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
-		string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt)
-	return mapErr(err)
+			sub.ID, sub.TenantID, sub.URL, sub.Host, sub.EventTypes, sub.Secret, sub.PrevSecret, ts(sub.PrevSecretExpiresAt),
+			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
+			string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt)
+		s.queueNotify(b, []store.Due{changed(sub.ID)})
+		return tx.SendBatch(ctx, b).Close()
+	}))
 }
 
 func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error) {
@@ -136,7 +144,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 			string(sub.State), sub.DisabledReason, sub.UpdatedAt); err != nil {
 			return err
 		}
+		notes := []store.Due{changed(sub.ID)}
 		if sub.State == core.SubDisabled {
+			if err := s.notify(ctx, tx, notes...); err != nil {
+				return err
+			}
 			return skipPending(ctx, tx, sub.ID, sub.UpdatedAt)
 		}
 		moved := sub.Host != oldHost
@@ -150,9 +162,9 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		}
 		if sub.State == core.SubActive && (moved || oldState != core.SubActive) {
 			// Its pending work is due again, possibly on another node's shard.
-			return s.notify(ctx, tx, store.Due{SubscriptionID: sub.ID, Shard: core.ShardOf(sub.Host)})
+			notes = append(notes, store.Due{SubscriptionID: sub.ID, Shard: core.ShardOf(sub.Host)})
 		}
-		return nil
+		return s.notify(ctx, tx, notes...)
 	}))
 }
 
@@ -161,6 +173,9 @@ func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now
 		tag, err := tx.Exec(ctx, `UPDATE subscriptions SET deleted_at = $1, updated_at = $1
 			WHERE id = $2 AND ($3 = '' OR tenant_id = $3) AND deleted_at IS NULL`, now, id, tenantID)
 		if err := mustAffect(tag, err); err != nil {
+			return err
+		}
+		if err := s.notify(ctx, tx, changed(id)); err != nil {
 			return err
 		}
 		return skipPending(ctx, tx, id, now)
