@@ -1,9 +1,12 @@
 // Package subs holds every live subscription in memory with an index from
 // event type to subscriptions, so matching an event never scans a table.
-// The API keeps it current on every change; ingest and the dispatcher read it.
+// The API keeps it current on every change made through this node; with a
+// store other nodes write too, ReplaceAll brings in theirs. Ingest and the
+// dispatcher read it.
 package subs
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +18,12 @@ type Registry struct {
 	mu       sync.RWMutex
 	byID     map[string]*core.Subscription
 	byTenant map[string]*index
+	// version counts Put and Remove calls; changed holds the version of each
+	// ID's latest, so ReplaceAll can tell a local change newer than its
+	// snapshot. Both are kept only once Version is called (a registry that
+	// is never reloaded has nothing to remember).
+	version uint64
+	changed map[string]uint64
 }
 
 // index is one tenant's patterns: exact names, "prefix." prefixes, and "*".
@@ -47,6 +56,7 @@ func New(list []core.Subscription) *Registry {
 func (r *Registry) Put(s core.Subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.touch(s.ID)
 	r.byID[s.ID] = &s
 	m := r.members(s.TenantID)
 	m[s.ID] = &s
@@ -57,6 +67,7 @@ func (r *Registry) Put(s core.Subscription) {
 func (r *Registry) Remove(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.touch(id)
 	s, ok := r.byID[id]
 	if !ok {
 		return
@@ -65,6 +76,76 @@ func (r *Registry) Remove(id string) {
 	m := r.members(s.TenantID)
 	delete(m, id)
 	r.rebuild(s.TenantID, m)
+}
+
+func (r *Registry) touch(id string) {
+	if r.changed != nil {
+		r.version++
+		r.changed[id] = r.version
+	}
+}
+
+// Version marks the local changes (Put, Remove) made so far. Take it just
+// before reading the snapshot that is passed to ReplaceAll.
+func (r *Registry) Version() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = map[string]uint64{}
+	}
+	return r.version
+}
+
+// ReplaceAll makes the registry hold list, every live subscription as the
+// store had them when read after Version returned since: others appear,
+// change or go. A subscription Put or Removed here after since keeps its
+// local state: the store wrote it before the registry heard, so it is at
+// least as new as the snapshot. Only tenants with a change are reindexed.
+// Calls must not overlap (one goroutine reloads).
+func (r *Registry) ReplaceAll(list []core.Subscription, since uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	local := func(id string) bool { return r.changed[id] > since }
+	dirty := map[string]bool{} // tenants to reindex
+	seen := make(map[string]bool, len(list))
+	for i := range list {
+		s := &list[i]
+		seen[s.ID] = true
+		if local(s.ID) {
+			continue
+		}
+		if cur, ok := r.byID[s.ID]; !ok || !reflect.DeepEqual(cur, s) {
+			c := *s
+			r.byID[s.ID] = &c
+			dirty[s.TenantID] = true
+		}
+	}
+	for id, s := range r.byID {
+		if !seen[id] && !local(id) {
+			delete(r.byID, id)
+			dirty[s.TenantID] = true
+		}
+	}
+	for id, v := range r.changed {
+		if v <= since { // the snapshot reflects it: forget it
+			delete(r.changed, id)
+		}
+	}
+	if len(dirty) == 0 {
+		return
+	}
+	members := map[string]map[string]*core.Subscription{}
+	for t := range dirty {
+		members[t] = map[string]*core.Subscription{}
+	}
+	for id, s := range r.byID {
+		if m := members[s.TenantID]; m != nil {
+			m[id] = s
+		}
+	}
+	for t, m := range members {
+		r.rebuild(t, m)
+	}
 }
 
 // members returns a copy of one tenant's subscriptions by ID.
