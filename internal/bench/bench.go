@@ -310,6 +310,14 @@ func (b *bench) hookd(ctx context.Context) error {
 		b.stops = append(b.stops, func() { os.RemoveAll(dir) })
 		db = filepath.Join(dir, "hookd.db")
 	}
+	if isPostgres(db) {
+		fresh, drop, err := freshSchema(ctx, db)
+		if err != nil {
+			return err
+		}
+		b.stops = append(b.stops, drop)
+		db = fresh
+	}
 	var tok [16]byte
 	rand.Read(tok[:])
 	token := "adm_bench_" + hex.EncodeToString(tok[:])
@@ -822,7 +830,9 @@ func (b *bench) throughput(ctx context.Context) (*Summary, error) {
 	// With hookd, load generator and receivers in this process, CPU per
 	// delivery compares the two phases by work done, which other load on
 	// the machine disturbs far less than it does deliveries per second.
-	if b.opts.Target == "" && b.opts.ReceiversCommand == nil && r.final.delivered > 0 && base.final.delivered > 0 {
+	// (Not with PostgreSQL: its server's CPU is another process's.)
+	if b.opts.Target == "" && b.opts.ReceiversCommand == nil && !isPostgres(b.opts.DB) &&
+		r.final.delivered > 0 && base.final.delivered > 0 {
 		hk := r.cpu.Seconds() * 1e6 / float64(r.final.delivered)
 		bl := base.cpu.Seconds() * 1e6 / float64(base.final.delivered)
 		s.CPUUsPerDelivery, s.BaselineCPUUsPerDelivery = ptr(round(hk, 1)), ptr(round(bl, 1))

@@ -4,10 +4,13 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestHistQuantiles(t *testing.T) {
@@ -128,7 +131,44 @@ func TestOptionsDefaults(t *testing.T) {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
-	if _, err := Run(context.Background(), Options{DB: "postgres://x/y", Duration: time.Second}); err == nil {
-		t.Error("postgres:// accepted before the backend exists")
+	if _, err := Run(context.Background(), Options{DB: "postgres://127.0.0.1:1/none?connect_timeout=2", Duration: time.Second}); err == nil {
+		t.Error("an unreachable postgres:// accepted")
+	}
+}
+
+// An in-process node on PostgreSQL gets a schema of its own, which is gone
+// after the run; the run delivers everything.
+func TestThroughputOnPostgres(t *testing.T) {
+	db := os.Getenv("HOOKD_TEST_POSTGRES_URL")
+	if db == "" {
+		t.Skip("HOOKD_TEST_POSTGRES_URL not set: PostgreSQL tests skipped")
+	}
+	ctx := t.Context()
+	schemas := func() int {
+		c, err := pgx.Connect(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		var n int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'hookd_bench_%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := schemas()
+	s, err := Run(ctx, Options{DB: db, Scenario: Throughput, Duration: time.Second, BaselineDuration: 500 * time.Millisecond,
+		Concurrency: 4, Fanout: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Lost != 0 || s.DeliveriesTotal == 0 || s.DeliveriesTotal != 2*s.EventsAccepted || s.Duplicates != 0 || !s.Drained {
+		t.Fatalf("summary: %+v", s)
+	}
+	if s.CPUUsPerDelivery != nil {
+		t.Errorf("CPU per delivery reported although the database server's CPU is not counted")
+	}
+	if after := schemas(); after != before {
+		t.Errorf("%d bench schemas before the run, %d after: not dropped", before, after)
 	}
 }
