@@ -172,3 +172,31 @@ func resolve(root any, ref string) any {
 	}
 	return cur
 }
+
+// A known path asked with a method it has no route for answers 405 naming
+// the allowed methods; an unknown path answers 404; neither needs a token.
+func TestWrongMethodAnswers405(t *testing.T) {
+	s := New(Config{Metrics: metrics.New()})
+	for _, c := range []struct {
+		method, path, allow string
+		status              int
+	}{
+		{http.MethodPut, "/v1/subscriptions/sub_x", "GET, PATCH, DELETE", 405},
+		{http.MethodGet, "/v1/deliveries/dlv_x/replay", "POST", 405},
+		{http.MethodDelete, "/v1/events", "POST", 405},
+		{http.MethodGet, "/v1/no-such-route", "", 404},
+	} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
+		var body struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		json.Unmarshal(rec.Body.Bytes(), &body)
+		if rec.Code != c.status || rec.Header().Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d Allow %q (%s); want %d Allow %q", c.method, c.path, rec.Code, rec.Header().Get("Allow"), body.Error.Message, c.status, c.allow)
+		}
+		if want := map[int]string{405: "method_not_allowed", 404: "not_found"}[c.status]; body.Error.Code != want {
+			t.Errorf("%s %s: code %q, want %q", c.method, c.path, body.Error.Code, want)
+		}
+	}
+}
