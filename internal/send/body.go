@@ -34,7 +34,17 @@ func Body(job *core.Job) []byte {
 	return append(b, '}')
 }
 
+// appendString appends s as a JSON string. IDs and event types are plain
+// printable ASCII and go in as they are; anything else takes json.Marshal's
+// escaping (which also escapes <, > and & for HTML safety).
 func appendString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always marshals
-	return append(b, q...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -360,6 +361,17 @@ func TestClassString(t *testing.T) {
 	for c, want := range map[Class]string{Delivered: "delivered", Retry: "retry", Fail: "fail", Gone: "gone", Class(9): "Class(9)"} {
 		if c.String() != want {
 			t.Errorf("%d.String() = %q, want %q", int(c), c.String(), want)
+		}
+	}
+}
+
+// appendString must write exactly what json.Marshal writes, for plain IDs
+// and for anything that needs escaping.
+func TestAppendStringMatchesJSON(t *testing.T) {
+	for _, s := range []string{"", "evt_01JABCDEF", "payment.succeeded", `a"b`, `a\b`, "tab\there", "é", "<x>&", "\x00\x7f", "line\nbreak", "\u2028"} {
+		want, _ := json.Marshal(s)
+		if got := appendString(nil, s); string(got) != string(want) {
+			t.Errorf("appendString(%q) = %s, want %s", s, got, want)
 		}
 	}
 }
