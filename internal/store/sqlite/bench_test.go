@@ -22,23 +22,30 @@ func BenchmarkEventInsertBatch(b *testing.B) {
 	}
 }
 
-func benchInsert(b *testing.B, events, per int) {
-	ctx := b.Context()
-	s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+// benchStore opens a fresh store with n subscriptions, each on its own host.
+func benchStore(b *testing.B, n int) (*Store, []core.Subscription) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	now := time.Now().UTC()
-	subs := make([]core.Subscription, per)
+	subs := make([]core.Subscription, n)
 	for i := range subs {
 		host := fmt.Sprintf("h%d.example:443", i)
 		subs[i] = core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host,
 			Host: host, EventTypes: []string{"*"}, Secret: "whsec_x", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
-		if err := s.SubscriptionCreate(ctx, subs[i]); err != nil {
+		if err := s.SubscriptionCreate(b.Context(), subs[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return s, subs
+}
+
+func benchInsert(b *testing.B, events, per int) {
+	ctx := b.Context()
+	s, subs := benchStore(b, per)
+	now := time.Now().UTC()
 	payload := []byte(`{"amount":1234,"currency":"eur","customer":"cus_0123456789","description":"a typical small webhook payload"}`)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -70,18 +77,8 @@ func BenchmarkDeliveryRecordResults(b *testing.B) {
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("results=%d", n), func(b *testing.B) {
 			ctx := b.Context()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			now := time.Now().UTC()
-			host := "h.example:443"
-			sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host,
-				Host: host, EventTypes: []string{"*"}, Secret: "whsec_x", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
-			if err := s.SubscriptionCreate(ctx, sub); err != nil {
-				b.Fatal(err)
-			}
+			s, subs := benchStore(b, 1)
+			sub, host, now := subs[0], subs[0].Host, time.Now().UTC()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
