@@ -4,13 +4,15 @@
 // Admission (admission.go) decides when each may start: a per-host
 // concurrency cap shared fairly among lanes, per-subscription rate limits, a
 // circuit breaker, 429 back-off and a recovery ramp. Results go back to the
-// store in batches. Time is read from the time package only, so tests run
-// the real code under testing/synctest.
+// store in batches. With several nodes on one store, a node dispatches only
+// the hosts on shards it leases (leases.go). Time is read from the time
+// package only, so tests run the real code under testing/synctest.
 package dispatch
 
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -52,6 +54,11 @@ type Config struct {
 	// Resync is how often the store is asked for every subscription with
 	// pending work, a safety net behind hand-offs and wake-ups (default 30s).
 	Resync time.Duration
+	// Node names this process to a store.Leaser (default DefaultNode());
+	// LeaseTTL is how long its shard leases last unrenewed (default 15s,
+	// renewed every LeaseTTL/3). Both unused unless Store is a Leaser.
+	Node     string
+	LeaseTTL time.Duration
 	// Metrics receives attempt outcomes and finished deliveries (nil: none).
 	Metrics *metrics.Metrics
 }
@@ -68,6 +75,16 @@ type Dispatcher struct {
 	stopping   bool
 	expiring   bool          // an expireHeld pass is running
 	kick       chan struct{} // the earliest wake-up changed
+	resyncNow  chan struct{}
+
+	// Shard ownership (leases.go). leaser is nil when the store is not a
+	// Leaser: then every shard is owned and owned, heldUntil are unused.
+	leaser    store.Leaser
+	owned     [core.NumShards]bool
+	heldUntil time.Time
+	rebalance chan struct{}
+	leaseQuit chan struct{}
+	leaseDone chan struct{} // nil until the lease loop runs
 
 	sendCtx    context.Context
 	cancelSend context.CancelFunc
@@ -79,6 +96,7 @@ type Dispatcher struct {
 // host is one destination: what is polite to it is decided here.
 type host struct {
 	name       string
+	shard      int
 	lanes      map[string]*lane // by subscription ID
 	inflight   int
 	breaker    breaker
@@ -134,36 +152,62 @@ func New(cfg Config) *Dispatcher {
 		cfg.Log = slog.Default()
 	}
 	d := &Dispatcher{
-		cfg:      cfg,
-		hosts:    map[string]*host{},
-		health:   map[string]*subHealth{},
-		kick:     make(chan struct{}, 1),
-		loopDone: make(chan struct{}),
-		quit:     make(chan struct{}),
+		cfg:       cfg,
+		hosts:     map[string]*host{},
+		health:    map[string]*subHealth{},
+		kick:      make(chan struct{}, 1),
+		resyncNow: make(chan struct{}, 1),
+		rebalance: make(chan struct{}, 1),
+		leaseQuit: make(chan struct{}),
+		loopDone:  make(chan struct{}),
+		quit:      make(chan struct{}),
+	}
+	if l, ok := cfg.Store.(store.Leaser); ok {
+		d.leaser = l
+		if d.cfg.Node == "" {
+			d.cfg.Node = DefaultNode()
+		}
+		if d.cfg.LeaseTTL <= 0 {
+			d.cfg.LeaseTTL = DefaultLeaseTTL
+		}
 	}
 	d.sendCtx, d.cancelSend = context.WithCancel(context.Background())
 	d.results = newResultWriter(cfg.Store, cfg.FlushInterval, cfg.Log, d.written)
 	return d
 }
 
-// Start loads every subscription with pending work and begins dispatching.
+// Start leases shards (with a Leaser), loads every subscription with
+// pending work on them and begins dispatching.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	if d.leaser != nil {
+		if _, err := d.renew(ctx); err != nil {
+			return fmt.Errorf("leasing shards: %w", err)
+		}
+	}
 	if err := d.resync(ctx); err != nil {
 		return err
 	}
 	go d.loop()
+	if d.leaser != nil {
+		d.leaseDone = make(chan struct{})
+		go d.leaseLoop()
+	}
 	return nil
 }
 
 // Notify hands over deliveries just committed, so they go out without
 // waiting for a poll. Those that do not fit a window stay in the store and
-// are fetched when there is room.
+// are fetched when there is room. Those on shards another node holds are
+// its to send: it hears of them from the store.
 func (d *Dispatcher) Notify(jobs []core.Job) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
 	touched := map[*host]bool{}
 	for _, j := range jobs {
+		if !d.ownsHost(j.Delivery.Host) {
+			continue
+		}
 		h, l := d.lane(j.Delivery.Host, j.Delivery.SubscriptionID)
 		touched[h] = true
 		if l.known[j.Delivery.ID] {
@@ -186,10 +230,14 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 }
 
 // Wake tells the dispatcher that a subscription may have new due work in
-// the store (a replay, a resumed subscription).
+// the store (a replay, a resumed subscription, another node's write). A
+// host on another node's shard is left to that node.
 func (d *Dispatcher) Wake(hostName, subID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !d.ownsHost(hostName) {
+		return
+	}
 	now := time.Now()
 	h, l := d.lane(hostName, subID)
 	l.due(now)
@@ -197,7 +245,8 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 }
 
 // Stop starts no new attempts, lets those in flight finish or time out
-// (until ctx ends, then cancels them), and writes every result.
+// (until ctx ends, then cancels them), and writes every result. Then it
+// gives its shard leases back, so the other nodes take them at once.
 func (d *Dispatcher) Stop(ctx context.Context) {
 	d.mu.Lock()
 	if d.stopping {
@@ -218,12 +267,19 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	}
 	d.cancelSend()
 	d.results.close()
+	// Renewals ran through the drain so no one else sent meanwhile; the
+	// work is now written, so the shards can go.
+	if d.leaseDone != nil {
+		close(d.leaseQuit)
+		<-d.leaseDone
+		d.release()
+	}
 }
 
 func (d *Dispatcher) lane(hostName, subID string) (*host, *lane) {
 	h := d.hosts[hostName]
 	if h == nil {
-		h = &host{name: hostName, lanes: map[string]*lane{}}
+		h = &host{name: hostName, shard: core.ShardOf(hostName), lanes: map[string]*lane{}}
 		d.hosts[hostName] = h
 	}
 	l := h.lanes[subID]
@@ -279,7 +335,11 @@ func (d *Dispatcher) pump(h *host, now time.Time) {
 	if d.stopping {
 		return
 	}
-	for d.hostAdmits(h, now) {
+	if !d.owns(h) {
+		d.disown(h)
+		return
+	}
+	for d.mayStart(now) && d.hostAdmits(h, now) {
 		l, sub := d.pick(h, now)
 		if l == nil {
 			break
@@ -695,20 +755,48 @@ func (d *Dispatcher) loop() {
 		case <-d.kick:
 		case <-timer.C:
 		case <-resync.C:
-			ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
-			if err := d.resync(ctx); err != nil {
-				d.cfg.Log.Error("resync with store", "err", err)
-			}
-			cancel()
-			d.expireHeld()
+			d.poll()
+		case <-d.resyncNow:
+			d.poll()
 		}
 	}
 }
 
-// resync asks the store for every subscription with pending work, so
-// nothing pending is forgotten whatever the hand-offs missed.
+// poll is the loop's periodic safety net: resync, then fail what waited
+// out its retry window behind an open breaker.
+func (d *Dispatcher) poll() {
+	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
+	if err := d.resync(ctx); err != nil {
+		d.cfg.Log.Error("resync with store", "err", err)
+	}
+	cancel()
+	d.expireHeld()
+}
+
+// Resync asks for a resync now rather than at the next tick: notifications
+// may have been missed (a LISTEN reconnected).
+func (d *Dispatcher) Resync() {
+	select {
+	case d.resyncNow <- struct{}{}:
+	default:
+	}
+}
+
+// resync asks the store for every subscription with pending work on the
+// shards this node holds, so nothing pending is forgotten whatever the
+// hand-offs missed.
 func (d *Dispatcher) resync(ctx context.Context) error {
-	due, err := d.cfg.Store.DeliveryPendingSubscriptions(ctx, nil)
+	var shards []int // nil: all
+	if d.leaser != nil {
+		if shards = d.Shards(); len(shards) == 0 {
+			return nil
+		}
+	}
+	return d.resyncShards(ctx, shards)
+}
+
+func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
+	due, err := d.cfg.Store.DeliveryPendingSubscriptions(ctx, shards)
 	if err != nil {
 		return err
 	}
@@ -717,6 +805,9 @@ func (d *Dispatcher) resync(ctx context.Context) error {
 	now := time.Now()
 	touched := map[*host]bool{}
 	for _, sd := range due {
+		if !d.ownsHost(sd.Host) {
+			continue // lost while the store was asked
+		}
 		h, l := d.lane(sd.Host, sd.SubscriptionID)
 		l.due(sd.NextAttemptAt)
 		touched[h] = true
@@ -746,7 +837,7 @@ func (d *Dispatcher) expireHeld() {
 	}
 	now := time.Now()
 	for _, h := range d.hosts {
-		if h.breaker.state == closed {
+		if h.breaker.state == closed || !d.owns(h) {
 			continue
 		}
 		for id := range h.lanes {

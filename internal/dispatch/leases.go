@@ -1,0 +1,183 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"time"
+
+	"hookd/internal/core"
+)
+
+// Shard ownership. With a store.Leaser (PostgreSQL, several nodes) this node
+// dispatches only hosts whose shard it holds a lease on, so each host's
+// admission state lives on one node. Without one (SQLite) it owns every
+// shard for ever, and none of this runs.
+
+// DefaultLeaseTTL is how long a shard lease lasts unrenewed.
+const DefaultLeaseTTL = 15 * time.Second
+
+// DefaultNode names this process to the other nodes: the hostname and a
+// random suffix, so two processes on one machine (or a restart) never share
+// a name.
+func DefaultNode() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "hookd"
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	return h + "-" + hex.EncodeToString(b[:])
+}
+
+// Node is the name this dispatcher leases shards under.
+func (d *Dispatcher) Node() string { return d.cfg.Node }
+
+// Shards lists the shards this node holds, ascending (all of them without
+// a Leaser).
+func (d *Dispatcher) Shards() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ownedList()
+}
+
+func (d *Dispatcher) ownedList() []int {
+	var out []int
+	for s := range core.NumShards {
+		if d.leaser == nil || d.owned[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Rebalance asks for a lease renewal now rather than at the next tick:
+// another node joined, gave shards back or left.
+func (d *Dispatcher) Rebalance() {
+	select {
+	case d.rebalance <- struct{}{}:
+	default:
+	}
+}
+
+// ownsHost: the host's shard is held. Called with d.mu held.
+func (d *Dispatcher) ownsHost(name string) bool {
+	return d.leaser == nil || d.owned[core.ShardOf(name)]
+}
+
+// owns: h is the host in memory for its name and its shard is held; a host
+// let go of (disown) is no longer in d.hosts. Called with d.mu held.
+func (d *Dispatcher) owns(h *host) bool {
+	return d.leaser == nil || (d.owned[h.shard] && d.hosts[h.name] == h)
+}
+
+// mayStart: the leases are not within a third of their TTL of lapsing. A
+// node whose renewals fail stops starting sends before another node can
+// take its shards, so two nodes never send to one host at once.
+func (d *Dispatcher) mayStart(now time.Time) bool {
+	return d.leaser == nil || now.Before(d.heldUntil.Add(-d.cfg.LeaseTTL/3))
+}
+
+// disown lets go of a host whose shard this node no longer holds: queued
+// work is dropped (the store keeps it pending for the new owner); attempts
+// in flight finish and their results are written. The host and its
+// admission state go once nothing of it is in flight or being fetched.
+// Called with d.mu held.
+func (d *Dispatcher) disown(h *host) {
+	busy := h.inflight > 0
+	for _, l := range h.lanes {
+		d.drop(l)
+		l.storeDue = time.Time{}
+		busy = busy || l.refilling
+	}
+	if !busy && d.hosts[h.name] == h {
+		delete(d.hosts, h.name)
+	}
+}
+
+// renew renews this node's leases and applies the answer: lost shards'
+// hosts are let go of, and if sends had stopped for want of a renewal they
+// start again. It returns the shards gained.
+func (d *Dispatcher) renew(ctx context.Context) ([]int, error) {
+	now := time.Now()
+	shards, err := d.leaser.ShardLeases(ctx, d.cfg.Node, d.cfg.LeaseTTL, now)
+	if err != nil {
+		return nil, err
+	}
+	var next [core.NumShards]bool
+	for _, s := range shards {
+		if s >= 0 && s < core.NumShards {
+			next[s] = true
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var gained []int
+	lost := 0
+	for s := range core.NumShards {
+		switch {
+		case next[s] && !d.owned[s]:
+			gained = append(gained, s)
+		case !next[s] && d.owned[s]:
+			lost++
+		}
+	}
+	at := time.Now()
+	wasBlocked := !d.mayStart(at)
+	d.owned, d.heldUntil = next, now.Add(d.cfg.LeaseTTL)
+	for _, h := range d.hosts {
+		switch {
+		case !d.owned[h.shard]:
+			d.disown(h)
+		case wasBlocked:
+			d.pump(h, at)
+		}
+	}
+	if len(gained) > 0 || lost > 0 {
+		d.cfg.Log.Info("shard leases changed", "node", d.cfg.Node, "held", len(shards), "gained", len(gained), "lost", lost)
+	}
+	return gained, nil
+}
+
+// leaseLoop renews every LeaseTTL/3 (sooner after a failure, or when asked
+// to rebalance) and resyncs the shards it gains at once, until Stop.
+func (d *Dispatcher) leaseLoop() {
+	defer close(d.leaseDone)
+	every := d.cfg.LeaseTTL / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.leaseQuit:
+			return
+		case <-t.C:
+		case <-d.rebalance:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		gained, err := d.renew(ctx)
+		wait := every
+		if err != nil {
+			d.mu.Lock()
+			stopAt := d.heldUntil.Add(-d.cfg.LeaseTTL / 3)
+			d.mu.Unlock()
+			d.cfg.Log.Error("renewing shard leases", "node", d.cfg.Node, "err", err, "sends_stop_at", stopAt)
+			wait = min(every, time.Second)
+		} else if len(gained) > 0 {
+			if err := d.resyncShards(ctx, gained); err != nil {
+				d.cfg.Log.Error("resync of gained shards", "err", err)
+			}
+		}
+		cancel()
+		t.Reset(wait)
+	}
+}
+
+// release gives every shard back for the other nodes to take at once.
+func (d *Dispatcher) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.leaser.ShardRelease(ctx, d.cfg.Node); err != nil {
+		d.cfg.Log.Error("releasing shard leases", "node", d.cfg.Node, "err", err)
+	}
+}

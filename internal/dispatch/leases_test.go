@@ -1,0 +1,239 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/send"
+	"hookd/internal/store"
+	"hookd/internal/testenv"
+)
+
+// leasing makes a store a store.Leaser whose answers the test decides, and
+// records what the dispatcher asks of it.
+type leasing struct {
+	store.Store
+	mu       sync.Mutex
+	shards   []int
+	failing  func(now time.Time) bool // nil: never
+	leased   []time.Time              // the now of each successful ShardLeases
+	asked    [][]int                  // DeliveryPendingSubscriptions' shards, per call
+	released []string
+}
+
+func (l *leasing) ShardLeases(_ context.Context, node string, ttl time.Duration, now time.Time) ([]int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failing != nil && l.failing(now) {
+		return nil, errors.New("database unreachable")
+	}
+	l.leased = append(l.leased, now)
+	return slices.Clone(l.shards), nil
+}
+
+func (l *leasing) ShardRelease(_ context.Context, node string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = append(l.released, node)
+	return nil
+}
+
+func (l *leasing) DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]store.SubscriptionDue, error) {
+	l.mu.Lock()
+	l.asked = append(l.asked, slices.Clone(shards))
+	l.mu.Unlock()
+	return l.Store.DeliveryPendingSubscriptions(ctx, shards)
+}
+
+func (l *leasing) set(shards ...int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.shards = shards
+}
+
+func (l *leasing) lastAsked() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.asked) == 0 {
+		return nil
+	}
+	return l.asked[len(l.asked)-1]
+}
+
+// twoShards returns two hosts on different shards.
+func twoShards() (string, string) {
+	a := "mine.example:443"
+	for i := 0; ; i++ {
+		if b := fmt.Sprintf("theirs%d.example:443", i); core.ShardOf(b) != core.ShardOf(a) {
+			return a, b
+		}
+	}
+}
+
+func (b *bundle) startLeased(t *testing.T, l *leasing, s Sender, hostConc int) *Dispatcher {
+	t.Helper()
+	d := New(Config{Store: l, Subs: b.subs, Sender: s, HostConcurrency: hostConc, Node: "node-1",
+		LeaseTTL: 3 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Stop(ctx)
+	})
+	return d
+}
+
+func (d *Dispatcher) hasHost(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hosts[name] != nil
+}
+
+// A node sends only to hosts on its shards: the resync asks for those, and
+// hand-offs and wake-ups for other shards are left to their owner.
+func TestOnlyOwnedShardsAreDispatched(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	mineHost, theirsHost := twoShards()
+	mine, theirs := b.subscription(t, mineHost), b.subscription(t, theirsHost)
+	mineIDs := b.pending(t, mine, 5)
+	theirIDs := b.pending(t, theirs, 5)
+	var sentTheirs atomic.Int64
+	l := &leasing{Store: b.store, shards: []int{core.ShardOf(mineHost)}}
+	d := b.startLeased(t, l, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		if s.Host == theirsHost {
+			sentTheirs.Add(1)
+		}
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 0)
+	if got := l.lastAsked(); !slices.Equal(got, []int{core.ShardOf(mineHost)}) {
+		t.Fatalf("resync asked for shards %v, want only the owned one", got)
+	}
+	for _, id := range mineIDs {
+		testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool { return b.state(t, id).State == core.DeliveryDelivered })
+	}
+
+	// A hand-off and a wake-up for the other shard change nothing here.
+	ev := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "a.b", Payload: []byte(`{}`)}
+	d.Notify([]core.Job{{Event: ev, Delivery: core.Delivery{ID: theirIDs[0], EventID: ev.ID,
+		SubscriptionID: theirs.ID, Host: theirsHost, Shard: core.ShardOf(theirsHost), State: core.DeliveryPending}}})
+	d.Wake(theirsHost, theirs.ID)
+	if d.hasHost(theirsHost) || sentTheirs.Load() != 0 {
+		t.Fatalf("the other shard's host is held (%v) or was sent to (%d times)", d.hasHost(theirsHost), sentTheirs.Load())
+	}
+	for _, id := range theirIDs {
+		if st := b.state(t, id); st.State != core.DeliveryPending || st.AttemptCount != 0 {
+			t.Errorf("%s on the other shard: %s after %d attempts, want untouched", id, st.State, st.AttemptCount)
+		}
+	}
+	if got := d.Shards(); !slices.Equal(got, []int{core.ShardOf(mineHost)}) {
+		t.Errorf("Shards() = %v", got)
+	}
+}
+
+// A lost shard's queued work leaves memory at once; the attempt in flight
+// finishes and its result is written; gaining the shard back resyncs it.
+func TestLostShardDropsQueuedWorkAndGainedShardResyncs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	host := "mine.example:443"
+	sub := b.subscription(t, host)
+	ids := b.pending(t, sub, 5)
+	release := make(chan struct{})
+	var sent atomic.Int64
+	l := &leasing{Store: b.store, shards: []int{core.ShardOf(host)}}
+	d := b.startLeased(t, l, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		if sent.Add(1) == 1 {
+			<-release // the first attempt is in flight when the shard goes
+		}
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 1)
+	testenv.Eventually(t, 5*time.Second, "one attempt in flight, the rest queued", func() bool {
+		s := d.Stats()
+		return s.Inflight == 1 && s.Window == 4
+	})
+
+	l.set() // the shard went to another node
+	d.Rebalance()
+	testenv.Eventually(t, 5*time.Second, "queued work dropped", func() bool { return d.Stats().Window == 0 })
+	if s := d.Stats(); s.Inflight != 1 {
+		t.Fatalf("in flight %d after losing the shard, want the 1 attempt still running", s.Inflight)
+	}
+	close(release)
+	testenv.Eventually(t, 5*time.Second, "the in-flight result written and the host let go", func() bool {
+		n := 0
+		for _, id := range ids {
+			if b.state(t, id).State == core.DeliveryDelivered {
+				n++
+			}
+		}
+		return n == 1 && !d.hasHost(host)
+	})
+	if n := sent.Load(); n != 1 {
+		t.Fatalf("%d attempts after the shard was lost, want only the one in flight", n)
+	}
+
+	l.set(core.ShardOf(host)) // and back
+	d.Rebalance()
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered after regaining the shard", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	if got := l.lastAsked(); !slices.Equal(got, []int{core.ShardOf(host)}) {
+		t.Errorf("regained shard resynced with %v, want just it", got)
+	}
+}
+
+// Stop gives the leases back only after the attempt in flight finished
+// and its result was written.
+func TestStopReleasesLeasesAfterInFlightWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	host := "mine.example:443"
+	sub := b.subscription(t, host)
+	ids := b.pending(t, sub, 1)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	l := &leasing{Store: b.store, shards: []int{core.ShardOf(host)}}
+	d := b.startLeased(t, l, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		close(arrived)
+		<-release
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 0)
+	<-arrived
+	stopped := make(chan struct{})
+	go func() {
+		d.Stop(context.Background())
+		close(stopped)
+	}()
+	testenv.Eventually(t, 5*time.Second, "stopping", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.stopping
+	})
+	l.mu.Lock()
+	early := len(l.released)
+	l.mu.Unlock()
+	if early != 0 {
+		t.Fatal("leases released while an attempt was in flight")
+	}
+	close(release)
+	<-stopped
+	if st := b.state(t, ids[0]).State; st != core.DeliveryDelivered {
+		t.Fatalf("after Stop the delivery is %s, want its result written", st)
+	}
+	if !slices.Equal(l.released, []string{"node-1"}) {
+		t.Fatalf("released %v, want node-1 once", l.released)
+	}
+}
