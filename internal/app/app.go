@@ -28,20 +28,28 @@ import (
 )
 
 type Config struct {
-	DB              string // SQLite file path (postgres:// URLs come with the PostgreSQL backend)
+	// DB is a SQLite file path, or a postgres:// URL naming a database
+	// several nodes share (see OpenStore).
+	DB              string
 	AdminToken      string
 	AllowNetworks   []netip.Prefix
 	HostConcurrency int
 	Version         string
 	Log             *slog.Logger
+	// Node and LeaseTTL name this node and set its shard lease TTL on a
+	// store several nodes share (see dispatch.Config); SQLite ignores them.
+	Node     string
+	LeaseTTL time.Duration
 }
 
 type App struct {
 	cfg      Config
 	store    store.Store
+	subs     *subs.Registry
 	dispatch *dispatch.Dispatcher
 	ingest   *ingest.Ingester
 	replays  *replay.Runner
+	cluster  *cluster // nil on a store one node holds (SQLite)
 	http     *http.Server
 	metrics  *metrics.Metrics
 	stopping atomic.Bool
@@ -75,17 +83,31 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	guard := send.NewGuard(cfg.AllowNetworks)
 	// Each node has its own registry: several nodes in one process (tests,
 	// benchmarks) never collide.
-	a := &App{cfg: cfg, store: st, metrics: metrics.New()}
+	a := &App{cfg: cfg, store: st, subs: reg, metrics: metrics.New()}
+	// A store that leases shards or notifies is shared with other nodes.
+	_, leases := st.(store.Leaser)
+	_, notifies := st.(store.Notifier)
+	shared := leases || notifies
+	var resync time.Duration // the dispatcher's default
+	if shared {
+		resync = sharedResync
+	}
 	a.dispatch = dispatch.New(dispatch.Config{
 		Store: st, Subs: reg, Log: cfg.Log,
 		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version}),
 		HostConcurrency: cfg.HostConcurrency,
 		Metrics:         a.metrics,
+		Resync:          resync,
+		Node:            cfg.Node,
+		LeaseTTL:        cfg.LeaseTTL,
 	})
 	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
 	if err := a.dispatch.Start(ctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
+	}
+	if shared {
+		a.cluster = startCluster(st, reg, a.dispatch, cfg.Log)
 	}
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
@@ -123,6 +145,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 	herr := a.http.Shutdown(ctx)
 	a.ingest.Close()
 	a.replays.Stop()
+	if a.cluster != nil {
+		a.cluster.stop()
+	}
 	a.dispatch.Stop(ctx)
 	serr := a.store.Close()
 	return errors.Join(herr, serr)

@@ -1,0 +1,372 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"hookd/internal/core"
+	"hookd/internal/testenv"
+	"hookd/webhook"
+)
+
+// The tests here run several hookd nodes on one PostgreSQL schema, as
+// `hookd serve --db postgres://…` on several machines would.
+
+// pgURL makes a schema of its own for one test on HOOKD_TEST_POSTGRES_URL,
+// dropped at the end, and returns the URL that selects it; without the
+// variable the test is skipped.
+func pgURL(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("HOOKD_TEST_POSTGRES_URL")
+	if base == "" {
+		t.Skip("HOOKD_TEST_POSTGRES_URL not set: PostgreSQL tests skipped")
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "hookd_test_" + hex.EncodeToString(b[:])
+	exec := func(sql string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE SCHEMA " + schema)
+	t.Cleanup(func() { exec("DROP SCHEMA " + schema + " CASCADE") })
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// query runs one single-value query against the test's schema.
+func query[T any](t *testing.T, db, sql string) T {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var v T
+	if err := conn.QueryRow(t.Context(), sql).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// startNode runs one hookd node on the shared database, on a loopback port.
+func startNode(t *testing.T, db, name string) *env {
+	t.Helper()
+	a, err := Open(context.Background(), Config{
+		DB: db, AdminToken: adminToken, Version: "test", Node: name, LeaseTTL: 2 * time.Second,
+		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Shutdown(ctx)
+	})
+	base := "http://" + ln.Addr().String()
+	return &env{t: t, app: a, base: base, admin: &testenv.Client{T: t, Base: base, Token: adminToken}}
+}
+
+// waitSplit waits until the nodes hold disjoint shard sets that cover all
+// of them in fair shares (NumShards over the nodes, rounded up or down),
+// and checks that the lease table agrees.
+func waitSplit(t *testing.T, db string, nodes ...*env) {
+	t.Helper()
+	share := core.NumShards / len(nodes)
+	testenv.Eventually(t, 20*time.Second, "shards split fairly over the nodes", func() bool {
+		seen := map[int]bool{}
+		for _, n := range nodes {
+			held := n.app.dispatch.Shards()
+			if len(held) < share || len(held) > share+1 {
+				return false
+			}
+			for _, s := range held {
+				if seen[s] {
+					return false
+				}
+				seen[s] = true
+			}
+		}
+		return len(seen) == core.NumShards
+	})
+	for _, n := range nodes {
+		held := n.app.dispatch.Shards()
+		inTable := query[int](t, db, fmt.Sprintf(`SELECT count(*) FROM shard_leases
+			WHERE node = '%s' AND expires_at > now()`, n.app.dispatch.Node()))
+		if inTable != len(held) {
+			t.Fatalf("node %s holds %d shards, the lease table says %d", n.app.dispatch.Node(), len(held), inTable)
+		}
+	}
+}
+
+func hostOf(rc *testenv.Receiver) string { return strings.TrimPrefix(rc.URL, "http://") }
+
+// receiverOn starts loopback receivers until one's host (its port) lands on
+// a shard the node holds.
+func receiverOn(t *testing.T, n *env) *testenv.Receiver {
+	t.Helper()
+	for range 100 {
+		rc := testenv.NewReceiver(t)
+		if slices.Contains(n.app.dispatch.Shards(), core.ShardOf(hostOf(rc))) {
+			return rc
+		}
+		rc.Close()
+	}
+	t.Fatalf("no receiver port landed on node %s's shards", n.app.dispatch.Node())
+	return nil
+}
+
+// waitKnown waits until every node's registry holds the subscription as
+// ok says.
+func waitKnown(t *testing.T, id string, ok func(*core.Subscription, bool) bool, nodes ...*env) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "subscription "+id+" synced to every node", func() bool {
+		for _, n := range nodes {
+			if !ok(n.app.subs.Get(id)) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func present(_ *core.Subscription, ok bool) bool { return ok }
+
+// waitIdle waits until no node holds queued or in-flight work.
+func waitIdle(t *testing.T, nodes ...*env) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "nodes idle", func() bool {
+		for _, n := range nodes {
+			if s := n.app.dispatch.Stats(); s.Inflight > 0 || s.Window > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
+			t.Parallel()
+			db := pgURL(t)
+			var nodes []*env
+			for i := range n {
+				nodes = append(nodes, startNode(t, db, fmt.Sprintf("node-%c", 'a'+i)))
+			}
+			waitSplit(t, db, nodes...)
+
+			// Two destination hosts on each node's shards; half take every
+			// type, half only order.*.
+			type sink struct {
+				rc     *testenv.Receiver
+				secret string
+				want   map[string]bool
+			}
+			var sinks []*sink
+			for _, owner := range nodes {
+				for k := range 2 {
+					rc := receiverOn(t, owner)
+					types := []string{"*"}
+					if k == 1 {
+						types = []string{"order.*"}
+					}
+					id, secret := nodes[0].subscribe(nodes[0].admin, rc.URL, types, nil)
+					waitKnown(t, id, present, nodes...)
+					sinks = append(sinks, &sink{rc: rc, secret: secret, want: map[string]bool{}})
+				}
+			}
+
+			// 300 events, posted to the nodes in turn by ten writers.
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for w := range 10 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < 300; i += 10 {
+						typ := []string{"order.created", "payment.done", "order.shipped"}[i%3]
+						node := nodes[i%n]
+						id := node.post(node.admin, typ, map[string]any{"i": i})
+						mu.Lock()
+						for k, s := range sinks {
+							if k%2 == 0 || strings.HasPrefix(typ, "order.") {
+								s.want[id] = true
+							}
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+
+			testenv.Eventually(t, 30*time.Second, "every delivery arrives", func() bool {
+				for _, s := range sinks {
+					if s.rc.Count() < len(s.want) {
+						return false
+					}
+				}
+				return true
+			})
+			testenv.Eventually(t, 10*time.Second, "every result written", func() bool {
+				return query[int](t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
+			})
+			waitIdle(t, nodes...)
+			for k, s := range sinks {
+				got := map[string]int{}
+				for _, req := range s.rc.Requests() {
+					id := req.Header.Get("webhook-id")
+					got[id]++
+					if err := webhook.Verify(s.secret, req.Header, req.Body, time.Now(), webhook.DefaultTolerance); err != nil {
+						t.Errorf("sink %d: %s does not verify: %v", k, id, err)
+					}
+				}
+				for id, c := range got {
+					if !s.want[id] {
+						t.Errorf("sink %d got %s, which it does not subscribe to", k, id)
+					} else if c != 1 {
+						t.Errorf("sink %d got %s %d times, want once", k, id, c)
+					}
+				}
+				if len(got) != len(s.want) {
+					t.Errorf("sink %d got %d distinct events, want %d", k, len(got), len(s.want))
+				}
+			}
+			waitSplit(t, db, nodes...) // and no shard moved meanwhile
+		})
+	}
+}
+
+// Subscriptions changed through node A take effect on node B, which owns
+// their destination: B sends, B holds back, B signs.
+func TestSubscriptionChangesReachEveryNode(t *testing.T) {
+	t.Parallel()
+	db := pgURL(t)
+	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
+	waitSplit(t, db, a, b)
+	main, witness := receiverOn(t, b), receiverOn(t, b)
+	sub, secret := a.subscribe(a.admin, main.URL, []string{"*"}, nil)
+	wit, _ := a.subscribe(a.admin, witness.URL, []string{"*"}, nil)
+	waitKnown(t, sub, present, a, b)
+	waitKnown(t, wit, present, a, b)
+	ids := func(rc *testenv.Receiver) map[string]bool {
+		out := map[string]bool{}
+		for _, r := range rc.Requests() {
+			out[r.Header.Get("webhook-id")] = true
+		}
+		return out
+	}
+	arrives := func(rc *testenv.Receiver, ev string) {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, ev+" arrives", func() bool { return ids(rc)[ev] })
+	}
+
+	// Created through A, posted through B: delivered.
+	e1 := b.post(b.admin, "a.b", map[string]any{})
+	arrives(main, e1)
+
+	// Paused through A: what B accepts now stays pending, unsent, while the
+	// witness on the same node gets it.
+	a.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "paused"})
+	waitKnown(t, sub, func(s *core.Subscription, ok bool) bool { return ok && s.State == core.SubPaused }, b)
+	e2 := b.post(b.admin, "a.b", map[string]any{})
+	arrives(witness, e2)
+	waitIdle(t, a, b)
+	if ids(main)[e2] {
+		t.Fatal("a paused subscription was sent to")
+	}
+	for _, d := range a.admin.Must(200, "GET", "/v1/events/"+e2, nil)["deliveries"].([]any) {
+		d := d.(map[string]any)
+		if d["subscription_id"] == sub && (d["state"] != "pending" || d["attempt_count"].(float64) != 0) {
+			t.Fatalf("paused subscription's delivery: %v, want pending and unattempted", d)
+		}
+	}
+	// Resumed through A: B sends what was held.
+	a.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "active"})
+	arrives(main, e2)
+
+	// Rotated through A: B signs with the new secret.
+	rotated := a.admin.Must(200, "POST", "/v1/subscriptions/"+sub+"/rotate-secret", nil)["secret"].(string)
+	waitKnown(t, sub, func(s *core.Subscription, ok bool) bool { return ok && s.Secret == rotated }, b)
+	e3 := b.post(b.admin, "a.b", map[string]any{})
+	arrives(main, e3)
+	for _, r := range main.Requests() {
+		if r.Header.Get("webhook-id") != e3 {
+			continue
+		}
+		if err := webhook.Verify(rotated, r.Header, r.Body, time.Now(), webhook.DefaultTolerance); err != nil {
+			t.Errorf("delivery after rotation does not verify with the new secret: %v", err)
+		}
+		if err := webhook.Verify(secret, r.Header, r.Body, time.Now(), webhook.DefaultTolerance); err != nil {
+			t.Errorf("the old secret should still sign during its grace period: %v", err)
+		}
+	}
+
+	// Deleted through A: B fans nothing out to it any more.
+	a.admin.Must(204, "DELETE", "/v1/subscriptions/"+sub, nil)
+	waitKnown(t, sub, func(_ *core.Subscription, ok bool) bool { return !ok }, b)
+	e4 := b.post(b.admin, "a.b", map[string]any{})
+	ds := a.admin.Must(200, "GET", "/v1/events/"+e4, nil)["deliveries"].([]any)
+	if len(ds) != 1 || ds[0].(map[string]any)["subscription_id"] != wit {
+		t.Fatalf("event after delete has deliveries %v, want the witness's only", ds)
+	}
+	arrives(witness, e4)
+	waitIdle(t, a, b)
+	if ids(main)[e4] {
+		t.Fatal("a deleted subscription was sent to")
+	}
+
+	// Disabled by a 410 on B: A stops fanning out to it too (skipped).
+	gone := receiverOn(t, b)
+	gone.Respond = testenv.Statuses(http.StatusGone)
+	g, _ := a.subscribe(a.admin, gone.URL, []string{"gone.*"}, nil)
+	waitKnown(t, g, present, a, b)
+	a.post(a.admin, "gone.one", map[string]any{})
+	waitKnown(t, g, func(s *core.Subscription, ok bool) bool { return ok && s.State == core.SubDisabled }, a)
+	e5 := a.post(a.admin, "gone.two", map[string]any{})
+	for _, d := range a.admin.Must(200, "GET", "/v1/events/"+e5, nil)["deliveries"].([]any) {
+		if d := d.(map[string]any); d["subscription_id"] == g && d["state"] != "skipped" {
+			t.Fatalf("after the 410 the new delivery is %v, want skipped", d["state"])
+		}
+	}
+	if n := gone.Count(); n != 1 {
+		t.Fatalf("the gone endpoint was asked %d times, want once", n)
+	}
+}
