@@ -81,6 +81,7 @@ func (c *cluster) heard(d store.Due) {
 	case store.DueResumed:
 		// Whatever was sent while not listening is lost: catch up.
 		c.kickReload()
+		c.dispatch.Rebalance()
 		c.dispatch.Resync()
 	case store.DueDeliveries:
 		if sub, ok := c.reg.Get(d.SubscriptionID); ok {
