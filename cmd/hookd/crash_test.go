@@ -46,12 +46,13 @@ type proc struct {
 	base string
 }
 
-// startProc runs `hookd serve` on a free loopback port and waits until it
-// says where it listens.
-func startProc(t *testing.T, db string) *proc {
+// startProc runs `hookd serve` on a free loopback port, with any extra
+// flags, and waits until it says where it listens.
+func startProc(t *testing.T, db string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(hookdBin, "serve", "--addr", "127.0.0.1:0", "--db", db,
-		"--admin-token", "crash-admin", "--allow-network", "127.0.0.0/8", "--log-level", "error")
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db,
+		"--admin-token", "crash-admin", "--allow-network", "127.0.0.0/8", "--log-level", "error"}, extra...)
+	cmd := exec.Command(hookdBin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -16,33 +12,13 @@ import (
 // hookd migrate takes a postgres:// URL (here with a schema of its own) and
 // never prints the password it was given.
 func TestMigratePostgres(t *testing.T) {
-	base := os.Getenv("HOOKD_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("HOOKD_TEST_POSTGRES_URL not set: PostgreSQL tests skipped")
-	}
 	ctx := t.Context()
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "hookd_test_" + hex.EncodeToString(b[:])
-	admin := func(sql string) {
-		t.Helper()
-		conn, err := pgx.Connect(context.Background(), base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	admin("CREATE SCHEMA " + schema)
-	t.Cleanup(func() { admin("DROP SCHEMA " + schema + " CASCADE") })
-	u, err := url.Parse(base)
+	u, err := url.Parse(pgSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	schema := u.Query().Get("search_path")
 	q := u.Query()
-	q.Set("search_path", schema)
 	q.Set("password", "s3cret") // trust auth ignores it
 	u.RawQuery = q.Encode()
 

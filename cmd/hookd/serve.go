@@ -18,12 +18,13 @@ import (
 
 	"hookd/internal/api"
 	"hookd/internal/app"
+	"hookd/internal/dispatch"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [flags]", stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "address the API listens on")
-	db := fs.String("db", "./hookd.db", "SQLite file path")
+	db := fs.String("db", "./hookd.db", "SQLite file path, or postgres:// URL of a database several nodes share (search_path=SCHEMA selects a schema)")
 	adminToken := fs.String("admin-token", "", "bearer token with access to every tenant (generated and printed at start if empty)")
 	var allow listFlag
 	fs.Var(&allow, "allow-network", "CIDR that deliveries may reach despite the SSRF guard, e.g. 127.0.0.0/8 for local development (repeatable)")
@@ -31,6 +32,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight sends may take to finish on SIGINT/SIGTERM")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := fs.String("pprof", "", "loopback address to serve the Go profiler on (/debug/pprof/), e.g. 127.0.0.1:6060; empty: off")
+	leaseTTL := fs.Duration("lease-ttl", dispatch.DefaultLeaseTTL, "PostgreSQL: how long a node's shard leases last unrenewed (renewed every third of it); a crashed node's destinations move after about this long")
+	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -56,6 +59,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkPprofAddr(*pprofAddr); err != nil {
 		return err
 	}
+	if *leaseTTL < 300*time.Millisecond {
+		return fmt.Errorf("--lease-ttl must be at least 300ms")
+	}
 	if *adminToken == "" {
 		*adminToken = api.NewToken("adm_")
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
@@ -64,6 +70,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	a, err := app.Open(ctx, app.Config{
 		DB: *db, AdminToken: *adminToken, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
+		Node: *nodeID, LeaseTTL: *leaseTTL,
 	})
 	if err != nil {
 		return err
@@ -75,7 +82,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		a.Shutdown(sctx)
 		return fmt.Errorf("--addr: %w", err)
 	}
-	fmt.Fprintf(stdout, "hookd %s listening on http://%s (db %s)\n", version, ln.Addr(), *db)
+	fmt.Fprintf(stdout, "hookd %s listening on http://%s (db %s)\n", version, ln.Addr(), redactDB(*db))
 	if *pprofAddr != "" {
 		srv, pln, err := servePprof(*pprofAddr)
 		if err != nil {
