@@ -84,8 +84,11 @@ func (c *cluster) heard(d store.Due) {
 		c.dispatch.Rebalance()
 		c.dispatch.Resync()
 	case store.DueDeliveries:
+		if !c.dispatch.OwnsShard(d.Shard) {
+			return // the owner heard it too
+		}
 		if sub, ok := c.reg.Get(d.SubscriptionID); ok {
-			c.dispatch.Wake(sub.Host, sub.ID) // ignored unless this node owns the shard
+			c.dispatch.Wake(sub.Host, sub.ID)
 			return
 		}
 		c.mu.Lock()

@@ -370,3 +370,22 @@ func TestSubscriptionChangesReachEveryNode(t *testing.T) {
 		t.Fatalf("the gone endpoint was asked %d times, want once", n)
 	}
 }
+
+// Due work for a subscription the owner's registry does not know yet (its
+// creation is still being reloaded) goes out as soon as the reload brings
+// it in, not at the next resync (5s).
+func TestDueWorkForAnUnknownSubscriptionGoesOutAfterTheReload(t *testing.T) {
+	t.Parallel()
+	db := pgURL(t)
+	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
+	waitSplit(t, db, a, b)
+	rc := receiverOn(t, b)
+	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
+	waitKnown(t, sub, present, a, b)
+	b.app.subs.Remove(sub) // as if B had not heard of it yet
+	ev := a.post(a.admin, "a.b", map[string]any{})
+	testenv.Eventually(t, 2500*time.Millisecond, "delivered by B before its resync", func() bool { return rc.Count() == 1 })
+	if got := rc.Requests()[0].Header.Get("webhook-id"); got != ev {
+		t.Fatalf("B sent %s, want %s", got, ev)
+	}
+}

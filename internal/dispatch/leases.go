@@ -52,6 +52,13 @@ func (d *Dispatcher) ownedList() []int {
 	return out
 }
 
+// OwnsShard reports whether this node holds shard.
+func (d *Dispatcher) OwnsShard(shard int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.leaser == nil || (shard >= 0 && shard < core.NumShards && d.owned[shard])
+}
+
 // Rebalance asks for a lease renewal now rather than at the next tick:
 // another node joined, gave shards back or left.
 func (d *Dispatcher) Rebalance() {
