@@ -86,3 +86,30 @@ func TestPprofServesTheProfilerOnLoopback(t *testing.T) {
 		t.Fatal("servePprof listened on every interface")
 	}
 }
+
+// A lease TTL too short to renew within is refused before anything opens,
+// from the flag or from HOOKD_LEASE_TTL.
+func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{"flag", []string{"--lease-ttl", "100ms"}, ""},
+		{"env", nil, "10ms"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("HOOKD_LEASE_TTL", c.env)
+			db := filepath.Join(t.TempDir(), "hookd.db")
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t"}, c.args...)
+			err := run(context.Background(), args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), "--lease-ttl") {
+				t.Fatalf("serve %v with HOOKD_LEASE_TTL=%q: err = %v, want a refusal naming --lease-ttl", args, c.env, err)
+			}
+			if _, err := os.Stat(db); !os.IsNotExist(err) {
+				t.Errorf("database opened before the flag was refused (stat: %v)", err)
+			}
+		})
+	}
+}
