@@ -47,9 +47,18 @@ type Ingester struct {
 	m      *metrics.Metrics
 
 	in        chan request
+	committed chan committed // to answer, in commit order
 	closeOnce sync.Once
 	quit      chan struct{}
 	done      chan struct{}
+}
+
+// committed is a durable batch whose callers are still to be answered.
+type committed struct {
+	batch   []request
+	inserts []store.EventInsert
+	results []store.EventInsertResult
+	took    time.Duration
 }
 
 // Option configures an Ingester.
@@ -62,14 +71,17 @@ func WithMetrics(m *metrics.Metrics) Option { return func(in *Ingester) { in.m =
 func New(st store.Store, reg *subs.Registry, notify func([]core.Job), opts ...Option) *Ingester {
 	in := &Ingester{
 		store: st, subs: reg, notify: notify,
-		in:   make(chan request, maxBatch*4),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
+		in:        make(chan request, maxBatch*4),
+		committed: make(chan committed, 16),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(in)
 	}
-	go in.loop()
+	answered := make(chan struct{})
+	go in.answer(answered)
+	go in.loop(answered)
 	return in
 }
 
@@ -100,13 +112,21 @@ func (in *Ingester) Close() {
 	<-in.done
 }
 
-func (in *Ingester) loop() {
-	defer close(in.done)
-	batch := make([]request, 0, maxBatch)
+// loop is the one writer: it gathers a batch, commits it, hands it to
+// answer and gathers the next. Answering callers and handing deliveries to
+// the dispatcher happen off this goroutine, so that under load the next
+// commit does not wait for the scheduler to run the woken handlers.
+func (in *Ingester) loop(answered chan struct{}) {
+	defer func() {
+		close(in.committed)
+		<-answered
+		close(in.done)
+	}()
 	for {
+		var batch []request // handed to answer with the commit: never reused
 		select {
 		case r := <-in.in:
-			batch = append(batch[:0], r)
+			batch = append(make([]request, 0, 16), r)
 		case <-in.quit:
 			// Drain: whoever got into the queue gets an answer.
 			for {
@@ -158,6 +178,20 @@ func (in *Ingester) commit(batch []request) {
 		batch[0].reply <- reply{err: err}
 		return
 	}
+	in.committed <- committed{batch: batch, inserts: inserts, results: results, took: took}
+}
+
+// answer replies to each committed batch's callers and hands its pending
+// deliveries to the dispatcher, in commit order.
+func (in *Ingester) answer(answered chan struct{}) {
+	defer close(answered)
+	for c := range in.committed {
+		in.answerOne(c)
+	}
+}
+
+func (in *Ingester) answerOne(c committed) {
+	batch, inserts, results, took := c.batch, c.inserts, c.results, c.took
 	var jobs []core.Job
 	var dups, skipped int
 	for i, r := range batch {
