@@ -126,7 +126,11 @@ type lane struct {
 	// know of; zero means never (until a hand-off or resync says otherwise).
 	storeDue  time.Time
 	refilling bool
-	bucket    bucket
+	// recorded holds deliveries whose results were written while a refill
+	// ran: its answer may predate them and show them still pending. (A
+	// retry's next time is in storeDue or the refill's pendingRetry.)
+	recorded map[string]bool
+	bucket   bucket
 }
 
 func New(cfg Config) *Dispatcher {
@@ -542,6 +546,8 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	l.refilling = false
+	recorded := l.recorded
+	l.recorded = nil
 	if err != nil {
 		if !d.stopping {
 			d.cfg.Log.Error("refilling a lane", "subscription", l.subID, "err", err)
@@ -551,7 +557,7 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 		return
 	}
 	for _, j := range jobs {
-		if !l.known[j.Delivery.ID] {
+		if !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
 			l.known[j.Delivery.ID] = true
 			l.backlog = append(l.backlog, j)
 		}
@@ -689,6 +695,12 @@ func (d *Dispatcher) written(batch []result) {
 		}
 		delete(l.known, r.Attempt.DeliveryID)
 		delete(l.retries, r.Attempt.DeliveryID)
+		if l.refilling {
+			if l.recorded == nil {
+				l.recorded = map[string]bool{}
+			}
+			l.recorded[r.Attempt.DeliveryID] = true
+		}
 		if r.ordered && r.State != core.DeliveryPending {
 			l.due(now) // the next of its ordering key may go now
 		}
