@@ -1,11 +1,11 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -64,28 +64,35 @@ func pgURL(t *testing.T) string {
 	return u.String()
 }
 
-// query runs one single-value query against the test's schema.
-func query[T any](t *testing.T, db, sql string) T {
+// count runs one count query against the test's schema.
+func count(t *testing.T, db, sql string, args ...any) int {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var v T
-	if err := conn.QueryRow(t.Context(), sql).Scan(&v); err != nil {
+	var v int
+	if err := conn.QueryRow(t.Context(), sql, args...).Scan(&v); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return v
 }
 
 // startNode runs one hookd node on the shared database, on a loopback port.
+// Its log is shown if the test fails.
 func startNode(t *testing.T, db, name string) *env {
 	t.Helper()
+	var log logBuffer
+	t.Cleanup(func() { // registered first: runs after the node's shutdown
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", name, log.String())
+		}
+	})
 	a, err := Open(context.Background(), Config{
 		DB: db, AdminToken: adminToken, Version: "test", Node: name, LeaseTTL: 2 * time.Second,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:           slog.New(slog.NewTextHandler(&log, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -128,12 +135,29 @@ func waitSplit(t *testing.T, db string, nodes ...*env) {
 	})
 	for _, n := range nodes {
 		held := n.app.dispatch.Shards()
-		inTable := query[int](t, db, fmt.Sprintf(`SELECT count(*) FROM shard_leases
-			WHERE node = '%s' AND expires_at > now()`, n.app.dispatch.Node()))
+		inTable := count(t, db, `SELECT count(*) FROM shard_leases WHERE node = $1 AND expires_at > now()`,
+			n.app.dispatch.Node())
 		if inTable != len(held) {
 			t.Fatalf("node %s holds %d shards, the lease table says %d", n.app.dispatch.Node(), len(held), inTable)
 		}
 	}
+}
+
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func hostOf(rc *testenv.Receiver) string { return strings.TrimPrefix(rc.URL, "http://") }
@@ -246,7 +270,7 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 				return true
 			})
 			testenv.Eventually(t, 10*time.Second, "every result written", func() bool {
-				return query[int](t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
+				return count(t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
 			})
 			waitIdle(t, nodes...)
 			for k, s := range sinks {
