@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -22,9 +23,11 @@ const (
 	Interval = time.Second
 )
 
-// Waker is the dispatcher: told where new due work appeared.
+// Waker is the dispatcher: told where new due work appeared, and asked
+// which shards this node dispatches.
 type Waker interface {
 	Wake(host, subscriptionID string)
+	OwnsShard(shard int) bool
 }
 
 type Runner struct {
@@ -85,6 +88,13 @@ func (r *Runner) step() {
 		return
 	}
 	for _, j := range jobs {
+		// With several nodes each job is stepped by the node that owns its
+		// destination, so its pace is Batch per Interval, not that times the
+		// nodes. A subscription this node does not know (deleted) is stepped
+		// anyway: the step marks the job done.
+		if sub, ok := r.subs.Get(j.SubscriptionID); ok && !r.wake.OwnsShard(core.ShardOf(sub.Host)) {
+			continue
+		}
 		after, err := r.store.ReplayJobStep(ctx, j.ID, Batch, time.Now().UTC())
 		if err != nil {
 			r.log.Error("replay job step", "job", j.ID, "err", err)
