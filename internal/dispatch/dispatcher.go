@@ -400,7 +400,10 @@ func (d *Dispatcher) pick(h *host, now time.Time) (*lane, *core.Subscription) {
 			continue
 		}
 		sub, ok := d.cfg.Subs.Get(id)
-		if !ok || sub.State != core.SubActive {
+		// A subscription moved to another host: the store moved its pending
+		// deliveries there, where admission must count them; what this lane
+		// holds would go out a second time.
+		if !ok || sub.State != core.SubActive || sub.Host != h.name {
 			d.drop(l)
 			continue
 		}

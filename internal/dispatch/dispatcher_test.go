@@ -424,3 +424,63 @@ func TestHandOffsBeyondTheByteBudgetWaitInTheStore(t *testing.T) {
 		t.Fatalf("%d bytes still counted as held after everything was sent", d.freshBytes)
 	}
 }
+
+// A subscription moved to another host while its old host's lane held its
+// deliveries: each is sent once, from the new host's lane.
+func TestMovedSubscriptionIsSentOnceFromItsNewHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "old.example:80")
+	ids := b.pending(t, sub, 50)
+	var sent sync.Map // delivery ID → times sent
+	var fromOld atomic.Int64
+	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		n, _ := sent.LoadOrStore(j.Delivery.ID, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		if j.Delivery.Host == "old.example:80" {
+			fromOld.Add(1)
+		}
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 64)
+	// The old host pauses (a Retry-After) with the lane full.
+	d.mu.Lock()
+	old, _ := d.lane(sub.Host, sub.ID)
+	old.pauseUntil = time.Now().Add(time.Hour)
+	d.mu.Unlock()
+	d.Wake(sub.Host, sub.ID)
+	testenv.Eventually(t, 5*time.Second, "the old lane holds the deliveries", func() bool {
+		w, _ := d.held(sub.Host)
+		return w == 50
+	})
+
+	moved := sub
+	moved.URL, moved.Host, moved.UpdatedAt = "http://new.example:80/", "new.example:80", time.Now().UTC()
+	if err := b.store.SubscriptionUpdate(context.Background(), moved); err != nil {
+		t.Fatal(err)
+	}
+	b.subs.Put(moved)
+	d.Wake(moved.Host, moved.ID)
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	// The pause ends: the old lane must let go of its copies, not send them.
+	d.mu.Lock()
+	old.pauseUntil = time.Now()
+	d.pump(old, time.Now())
+	d.mu.Unlock()
+	testenv.Eventually(t, 5*time.Second, "the old lane let go", func() bool {
+		w, known := d.held("old.example:80")
+		return w == 0 && known == 0
+	})
+	sent.Range(func(id, n any) bool {
+		if c := n.(*atomic.Int64).Load(); c != 1 {
+			t.Errorf("%s sent %d times", id, c)
+		}
+		return true
+	})
+	if n := fromOld.Load(); n != 0 {
+		t.Errorf("%d sends from the old host's lane", n)
+	}
+}
