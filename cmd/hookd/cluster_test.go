@@ -18,7 +18,7 @@ import (
 
 // held counts the live shard leases of node.
 func held(t *testing.T, db, node string) int {
-	return pgCount(t, db, `SELECT count(*) FROM shard_leases WHERE node = $1 AND expires_at > now()`, node)
+	return testenv.PostgresCount(t, db, `SELECT count(*) FROM shard_leases WHERE node = $1 AND expires_at > now()`, node)
 }
 
 func waitSplit(t *testing.T, db string) {
@@ -35,7 +35,7 @@ func receiverOf(t *testing.T, db, node string) *testenv.Receiver {
 	for range 100 {
 		rc := testenv.NewReceiver(t)
 		shard := core.ShardOf(strings.TrimPrefix(rc.URL, "http://"))
-		if pgCount(t, db, `SELECT count(*) FROM shard_leases WHERE shard = $1 AND node = $2`, shard, node) == 1 {
+		if testenv.PostgresCount(t, db, `SELECT count(*) FROM shard_leases WHERE shard = $1 AND node = $2`, shard, node) == 1 {
 			return rc
 		}
 		rc.Close()
@@ -47,7 +47,7 @@ func receiverOf(t *testing.T, db, node string) *testenv.Receiver {
 // kill -9 of the node that owns a destination: once its leases lapse the
 // other node takes its shards and delivers everything it left pending.
 func TestKill9NodeShardsAreTakenOver(t *testing.T) {
-	db := pgSchema(t)
+	db := testenv.PostgresSchema(t)
 	const ttl = 1500 * time.Millisecond
 	a := startProc(t, db, "--node-id", "node-a", "--lease-ttl", ttl.String())
 	b := startProc(t, db, "--node-id", "node-b", "--lease-ttl", ttl.String())
@@ -106,7 +106,7 @@ func TestKill9NodeShardsAreTakenOver(t *testing.T) {
 		t.Fatalf("node A holds %d shards after B died, want all %d", n, core.NumShards)
 	}
 	testenv.Eventually(t, 10*time.Second, "results written", func() bool {
-		return pgCount(t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
+		return testenv.PostgresCount(t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
 	})
 	t.Logf("B killed with %d events pending; A delivered them all %s later (lease TTL %s)", len(accepted), took.Round(time.Millisecond), ttl)
 }
@@ -114,7 +114,7 @@ func TestKill9NodeShardsAreTakenOver(t *testing.T) {
 // A graceful stop hands the node's shards over at once, long before its
 // leases would have lapsed, and the other node then delivers to them.
 func TestSIGTERMHandsShardsOverAtOnce(t *testing.T) {
-	db := pgSchema(t)
+	db := testenv.PostgresSchema(t)
 	const ttl = 30 * time.Second // A renews every 10s: only the release can explain a quick takeover
 	a := startProc(t, db, "--node-id", "node-a", "--lease-ttl", ttl.String())
 	b := startProc(t, db, "--node-id", "node-b", "--lease-ttl", ttl.String())
@@ -130,7 +130,7 @@ func TestSIGTERMHandsShardsOverAtOnce(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "node A holds every shard", func() bool {
 		return held(t, db, "node-a") == core.NumShards
 	})
-	if n := pgCount(t, db, `SELECT count(*) FROM nodes WHERE id = 'node-b'`); n != 0 {
+	if n := testenv.PostgresCount(t, db, `SELECT count(*) FROM nodes WHERE id = 'node-b'`); n != 0 {
 		t.Errorf("node B still listed as a node after its graceful stop")
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"hookd/internal/testenv"
 	"net/url"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ import (
 // never prints the password it was given.
 func TestMigratePostgres(t *testing.T) {
 	ctx := t.Context()
-	u, err := url.Parse(pgSchema(t))
+	u, err := url.Parse(testenv.PostgresSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}

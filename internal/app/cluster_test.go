@@ -3,22 +3,16 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"hookd/internal/core"
 	"hookd/internal/testenv"
@@ -27,57 +21,6 @@ import (
 
 // The tests here run several hookd nodes on one PostgreSQL schema, as
 // `hookd serve --db postgres://…` on several machines would.
-
-// pgURL makes a schema of its own for one test on HOOKD_TEST_POSTGRES_URL,
-// dropped at the end, and returns the URL that selects it; without the
-// variable the test is skipped.
-func pgURL(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("HOOKD_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("HOOKD_TEST_POSTGRES_URL not set: PostgreSQL tests skipped")
-	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "hookd_test_" + hex.EncodeToString(b[:])
-	exec := func(sql string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatalf("connect: %v", err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec("CREATE SCHEMA " + schema)
-	t.Cleanup(func() { exec("DROP SCHEMA " + schema + " CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// count runs one count query against the test's schema.
-func count(t *testing.T, db, sql string, args ...any) int {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var v int
-	if err := conn.QueryRow(t.Context(), sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return v
-}
 
 // startNode runs one hookd node on the shared database, on a loopback port.
 // Its log is shown if the test fails.
@@ -135,7 +78,7 @@ func waitSplit(t *testing.T, db string, nodes ...*env) {
 	})
 	for _, n := range nodes {
 		held := n.app.dispatch.Shards()
-		inTable := count(t, db, `SELECT count(*) FROM shard_leases WHERE node = $1 AND expires_at > now()`,
+		inTable := testenv.PostgresCount(t, db, `SELECT count(*) FROM shard_leases WHERE node = $1 AND expires_at > now()`,
 			n.app.dispatch.Node())
 		if inTable != len(held) {
 			t.Fatalf("node %s holds %d shards, the lease table says %d", n.app.dispatch.Node(), len(held), inTable)
@@ -210,7 +153,7 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
 			t.Parallel()
-			db := pgURL(t)
+			db := testenv.PostgresSchema(t)
 			var nodes []*env
 			for i := range n {
 				nodes = append(nodes, startNode(t, db, fmt.Sprintf("node-%c", 'a'+i)))
@@ -270,7 +213,7 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 				return true
 			})
 			testenv.Eventually(t, 10*time.Second, "every result written", func() bool {
-				return count(t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
+				return testenv.PostgresCount(t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
 			})
 			waitIdle(t, nodes...)
 			for k, s := range sinks {
@@ -302,7 +245,7 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 // their destination: B sends, B holds back, B signs.
 func TestSubscriptionChangesReachEveryNode(t *testing.T) {
 	t.Parallel()
-	db := pgURL(t)
+	db := testenv.PostgresSchema(t)
 	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
 	waitSplit(t, db, a, b)
 	main, witness := receiverOn(t, b), receiverOn(t, b)
@@ -400,7 +343,7 @@ func TestSubscriptionChangesReachEveryNode(t *testing.T) {
 // it in, not at the next resync (5s).
 func TestDueWorkForAnUnknownSubscriptionGoesOutAfterTheReload(t *testing.T) {
 	t.Parallel()
-	db := pgURL(t)
+	db := testenv.PostgresSchema(t)
 	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
 	waitSplit(t, db, a, b)
 	rc := receiverOn(t, b)

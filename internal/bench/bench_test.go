@@ -2,15 +2,13 @@ package bench
 
 import (
 	"context"
+	"hookd/internal/testenv"
 	"math"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 func TestHistQuantiles(t *testing.T) {
@@ -139,26 +137,19 @@ func TestOptionsDefaults(t *testing.T) {
 // An in-process node on PostgreSQL gets a schema of its own, which is gone
 // after the run; the run delivers everything.
 func TestThroughputOnPostgres(t *testing.T) {
-	db := os.Getenv("HOOKD_TEST_POSTGRES_URL")
-	if db == "" {
-		t.Skip("HOOKD_TEST_POSTGRES_URL not set: PostgreSQL tests skipped")
-	}
-	ctx := t.Context()
+	db := testenv.PostgresURL(t)
+	// A prefix of this test's own, so that other runs on the same server
+	// cannot change the count.
+	schemaPrefix = "hookd_benchtest_" + strconv.FormatInt(time.Now().UnixNano(), 36) + "_"
+	t.Cleanup(func() { schemaPrefix = "hookd_bench_" })
 	schemas := func() int {
-		c, err := pgx.Connect(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		var n int
-		if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'hookd_bench_%'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return testenv.PostgresCount(t, db, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, schemaPrefix)
 	}
-	before := schemas()
-	s, err := Run(ctx, Options{DB: db, Scenario: Throughput, Duration: time.Second, BaselineDuration: 500 * time.Millisecond,
-		Concurrency: 4, Fanout: 2})
+	// Counted while the run is on: the node's schema exists then.
+	var watch schemaWatch
+	watch.count = schemas
+	s, err := Run(t.Context(), Options{DB: db, Scenario: Throughput, Duration: time.Second, BaselineDuration: 500 * time.Millisecond,
+		Concurrency: 4, Fanout: 2, Interval: 200 * time.Millisecond, Out: &watch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +159,24 @@ func TestThroughputOnPostgres(t *testing.T) {
 	if s.CPUUsPerDelivery != nil {
 		t.Errorf("CPU per delivery reported although the database server's CPU is not counted")
 	}
-	if after := schemas(); after != before {
-		t.Errorf("%d bench schemas before the run, %d after: not dropped", before, after)
+	if watch.during != 1 {
+		t.Errorf("%d bench schemas during the run, want 1", watch.during)
 	}
+	if n := schemas(); n != 0 {
+		t.Errorf("%d bench schemas left after the run", n)
+	}
+}
+
+// schemaWatch counts schemas at the first progress line of a run.
+type schemaWatch struct {
+	count  func() int
+	during int
+	seen   bool
+}
+
+func (w *schemaWatch) Write(p []byte) (int, error) {
+	if !w.seen && strings.Contains(string(p), "[throughput]") {
+		w.seen, w.during = true, w.count()
+	}
+	return len(p), nil
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// schemaPrefix names the schemas freshSchema makes (a test sets its own).
+var schemaPrefix = "hookd_bench_"
+
 func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
@@ -31,7 +34,7 @@ func freshSchema(ctx context.Context, db string) (string, func(), error) {
 	}
 	var b [6]byte
 	rand.Read(b[:])
-	schema := "hookd_bench_" + hex.EncodeToString(b[:])
+	schema := schemaPrefix + hex.EncodeToString(b[:])
 	conn, err := pgx.Connect(ctx, db)
 	if err != nil {
 		return "", nil, fmt.Errorf("--db: %w", err)

@@ -21,7 +21,7 @@ type waker struct {
 }
 
 func (w *waker) Wake(host, subscriptionID string) { w.wakes++ }
-func (w *waker) OwnsShard(shard int) bool        { return w.owned[shard] }
+func (w *waker) OwnsShard(shard int) bool         { return w.owned[shard] }
 
 // A job is stepped only by the node that owns its destination's shard, at
 // most Batch deliveries a step, and the owner's lane is woken.

@@ -7,6 +7,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/store"
+	"hookd/internal/testenv"
 )
 
 // BenchmarkEventInsertBatch measures the outbox write: one durable
@@ -50,7 +51,7 @@ func benchBatch(subs []core.Subscription, events int, now time.Time, payload []b
 }
 
 func benchInsert(b *testing.B, events, per int) {
-	s := openURL(b, newSchema(b))
+	s := openURL(b, testenv.PostgresSchema(b))
 	now := time.Now().UTC()
 	subs := benchSubs(b, s, per, now)
 	payload := []byte(`{"amount":1234,"currency":"eur","customer":"cus_0123456789","description":"a typical small webhook payload"}`)
@@ -72,7 +73,7 @@ func benchInsert(b *testing.B, events, per int) {
 func BenchmarkDeliveryRecordResults(b *testing.B) {
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("results=%d", n), func(b *testing.B) {
-			s := openURL(b, newSchema(b))
+			s := openURL(b, testenv.PostgresSchema(b))
 			now := time.Now().UTC()
 			subs := benchSubs(b, s, 1, now)
 			b.ReportAllocs()

@@ -13,13 +13,14 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/store"
+	"hookd/internal/testenv"
 )
 
 // Two nodes ingest the same idempotency keys at the same moment: each key
 // becomes exactly one event, and both callers are told its ID. The keys go
 // in opposite orders, which deadlocks if rows are not written in one order.
 func TestConcurrentIdempotencyAcrossInstances(t *testing.T) {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	a, b := openURL(t, u), openURL(t, u)
 	sub := activeSub(t, a, "x.example:443")
 	ordered := activeSub(t, a, "o.example:443")
@@ -117,7 +118,7 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // batch of 256 events with 10 deliveries each (some on an ordered line)
 // costs BEGIN, events, sequences, deliveries, COMMIT.
 func TestEventInsertBatchRoundTrips(t *testing.T) {
-	cfg, err := config(newSchema(t))
+	cfg, err := config(testenv.PostgresSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}

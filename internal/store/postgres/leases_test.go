@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/testenv"
 )
 
 const leaseTTL = 10 * time.Second
@@ -22,7 +23,7 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, names ...string) *cluster {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	c := &cluster{t: t, nodes: map[string]*Store{}, last: map[string][]int{}}
 	for _, n := range names {
 		c.nodes[n] = openURL(t, u)

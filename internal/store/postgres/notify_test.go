@@ -8,6 +8,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/store"
+	"hookd/internal/testenv"
 )
 
 // listener runs one Store's Listen for a test and collects what it hears:
@@ -81,7 +82,7 @@ func (l *listener) until(t *testing.T, marker string) []store.Due {
 }
 
 func TestNotifyReachesOtherInstances(t *testing.T) {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	a, b := openURL(t, u), openURL(t, u)
 	la, lb := listen(t, a), listen(t, b)
 	x, y, z := activeSub(t, a, "x.example:443"), activeSub(t, a, "y.example:443"), activeSub(t, a, "z.example:443")
@@ -146,7 +147,7 @@ func TestNotifyReachesOtherInstances(t *testing.T) {
 
 // Listen survives losing its connection: it reconnects and hears again.
 func TestListenReconnects(t *testing.T) {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	a, b := openURL(t, u), openURL(t, u)
 	lb := listen(t, b)
 	x := activeSub(t, a, "x.example:443")
@@ -185,7 +186,7 @@ func (l *listener) nextOther(t *testing.T) store.Due {
 // Subscription writes tell every other node's registry; lease changes tell
 // the other nodes to lease again; each start of listening says so.
 func TestNotifySubscriptionAndLeaseChanges(t *testing.T) {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	a, b := openURL(t, u), openURL(t, u)
 	lb := listen(t, b)
 	if d := lb.nextOther(t); d.Kind != store.DueResumed {

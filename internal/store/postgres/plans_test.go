@@ -8,13 +8,14 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/store"
+	"hookd/internal/testenv"
 )
 
 // The dispatcher's polls must walk the pending-only indexes, never read
 // the deliveries table whole: with a few thousand rows and fresh
 // statistics the planner has the choice, and must not take the scan.
 func TestDispatchQueriesUseIndexes(t *testing.T) {
-	s := openURL(t, newSchema(t))
+	s := openURL(t, testenv.PostgresSchema(t))
 	ctx := t.Context()
 	var subs []core.Subscription
 	for i := range 20 {

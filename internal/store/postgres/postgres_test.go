@@ -2,63 +2,15 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/internal/store/storetest"
+	"hookd/internal/testenv"
 )
-
-// testURL is the server the tests use; without it they skip.
-func testURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("HOOKD_TEST_POSTGRES_URL")
-	if u == "" {
-		tb.Skip("HOOKD_TEST_POSTGRES_URL not set: PostgreSQL tests skipped")
-	}
-	return u
-}
-
-// newSchema creates an empty schema of its own for one test, dropped at the
-// end, and returns the URL that selects it through search_path.
-func newSchema(tb testing.TB) string {
-	tb.Helper()
-	base := testURL(tb)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "hookd_test_" + hex.EncodeToString(b[:])
-	admin := func(sql string) {
-		tb.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			tb.Fatalf("connect %s: %v", base, err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			tb.Fatalf("%s: %v", sql, err)
-		}
-	}
-	id := pgx.Identifier{schema}.Sanitize()
-	admin("CREATE SCHEMA " + id)
-	tb.Cleanup(func() { admin("DROP SCHEMA " + id + " CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // openURL opens a Store and closes it at the end of the test (before the
 // schema is dropped: cleanups run last-registered first).
@@ -73,14 +25,14 @@ func openURL(tb testing.TB, u string) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	testURL(t)
-	storetest.Run(t, func(t *testing.T) store.Store { return openURL(t, newSchema(t)) })
+	testenv.PostgresURL(t)
+	storetest.Run(t, func(t *testing.T) store.Store { return openURL(t, testenv.PostgresSchema(t)) })
 }
 
 // Nodes starting together all migrate; exactly one applies each step, and
 // migrating again changes nothing.
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	ctx := t.Context()
 	errs := make(chan error, 4)
 	for range 4 {
@@ -124,7 +76,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 
 // The tables live in the schema search_path names, not in public.
 func TestSearchPathHonoured(t *testing.T) {
-	u := newSchema(t)
+	u := testenv.PostgresSchema(t)
 	s := openURL(t, u)
 	var schema string
 	if err := s.pool.QueryRow(t.Context(), `SELECT table_schema FROM information_schema.tables WHERE table_name = 'deliveries' AND table_schema = current_schema()`).Scan(&schema); err != nil {
