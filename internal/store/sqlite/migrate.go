@@ -5,11 +5,8 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
+	"hookd/internal/store"
 	"math"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -19,36 +16,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+func migrations() ([]store.Migration, error) {
+	ms, err := store.Migrations(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := strings.TrimPrefix(n, "migrations/")
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("sqlite: migration %s: name must start with a number and _", base)
-		}
-		b, err := migrationFS.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("sqlite: migrations %s and %s share a number", ms[i-1].name, ms[i].name)
-		}
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return ms, nil
 }
@@ -71,7 +42,7 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) error {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
-		if m.version > last {
+		if m.Version > last {
 			break
 		}
 		err := func() error {
@@ -83,23 +54,23 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) error {
 			// Checked inside the write transaction: two processes migrating
 			// the same file at once cannot both apply a step.
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, time.Now().UnixNano()); err != nil {
+				m.Version, m.Name, time.Now().UnixNano()); err != nil {
 				return err
 			}
 			return tx.Commit()
 		}()
 		if err != nil {
-			return fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+			return fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 		}
 	}
 	return nil
