@@ -80,8 +80,23 @@ func (b *bundle) pending(t *testing.T, sub core.Subscription, n int) []string {
 
 func (b *bundle) start(t *testing.T, s Sender, window int) *Dispatcher {
 	t.Helper()
-	d := New(Config{Store: b.store, Subs: b.subs, Sender: s, Window: window,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return b.run(t, Config{Sender: s, Window: window})
+}
+
+// run starts a dispatcher on cfg, its store and registry defaulting to the
+// bundle's, and stops it when the test ends.
+func (b *bundle) run(t *testing.T, cfg Config) *Dispatcher {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = b.store
+	}
+	if cfg.Subs == nil {
+		cfg.Subs = b.subs
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d := New(cfg)
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +106,21 @@ func (b *bundle) start(t *testing.T, s Sender, window int) *Dispatcher {
 		d.Stop(ctx)
 	})
 	return d
+}
+
+// jobs reads deliveries back as the jobs ingest would hand over.
+func (b *bundle) jobs(t *testing.T, ids []string) []core.Job {
+	t.Helper()
+	var out []core.Job
+	for _, id := range ids {
+		dl := b.state(t, id)
+		ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, core.Job{Delivery: dl, Event: ev})
+	}
+	return out
 }
 
 func (b *bundle) state(t *testing.T, id string) core.Delivery {
@@ -238,34 +268,11 @@ func TestOverflowDuringRefillIsNotLost(t *testing.T) {
 	sub := b.subscription(t, "late.example:80")
 	ls := &lateStore{Store: b.store, entered: make(chan struct{}), release: make(chan struct{})}
 	b.store = ls
-	d := New(Config{Store: ls, Subs: b.subs, Window: 2, Resync: time.Hour,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d := b.run(t, Config{Store: ls, Window: 2, Resync: time.Hour,
 		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
 			return send.Outcome{Class: send.Delivered, StatusCode: 200}
 		})})
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Stop(ctx)
-	})
-	jobsFor := func(ids []string) []core.Job {
-		var out []core.Job
-		for _, id := range ids {
-			dl, _, err := b.store.DeliveryGet(context.Background(), "", id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, core.Job{Delivery: dl, Event: ev})
-		}
-		return out
-	}
+	jobsFor := func(ids []string) []core.Job { return b.jobs(t, ids) }
 	// The host is paused (a Retry-After), so its fresh window stays full.
 	d.mu.Lock()
 	h, _ := d.lane(sub.Host, sub.ID)
@@ -311,8 +318,7 @@ func TestHandOffsBeyondWindowStayInMemoryWhileHostTakesWork(t *testing.T) {
 	release := make(chan struct{})
 	var sent sync.Map
 	var sends atomic.Int64
-	d := New(Config{Store: cs, Subs: b.subs, Window: 4, Resync: time.Hour,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d := b.run(t, Config{Store: cs, Window: 4, Resync: time.Hour,
 		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
 			if _, dup := sent.LoadOrStore(j.Delivery.ID, true); dup {
 				t.Errorf("%s sent twice", j.Delivery.ID)
@@ -324,25 +330,8 @@ func TestHandOffsBeyondWindowStayInMemoryWhileHostTakesWork(t *testing.T) {
 			}
 			return send.Outcome{Class: send.Delivered, StatusCode: 200}
 		})})
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Stop(ctx)
-	})
 	ids := b.pending(t, sub, 100)
-	var jobs []core.Job
-	for _, id := range ids {
-		dl := b.state(t, id)
-		ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, core.Job{Delivery: dl, Event: ev})
-	}
-	d.Notify(jobs)
+	d.Notify(b.jobs(t, ids))
 	testenv.Eventually(t, 5*time.Second, "the host's cap in flight", func() bool { return sends.Load() == core.DefaultHostConcurrency })
 	if window, _ := d.held(sub.Host); window != 100-core.DefaultHostConcurrency {
 		t.Fatalf("%d hand-offs held while the host takes work, want %d", window, 100-core.DefaultHostConcurrency)
@@ -378,8 +367,7 @@ func TestHandOffsBeyondTheByteBudgetWaitInTheStore(t *testing.T) {
 	b := setup(t)
 	sub := b.subscription(t, "budget.example:80")
 	release := make(chan struct{})
-	d := New(Config{Store: b.store, Subs: b.subs, Window: 4, FreshBytes: 20 * 520, Resync: time.Hour,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d := b.run(t, Config{Window: 4, FreshBytes: 20 * 520, Resync: time.Hour,
 		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
 			select {
 			case <-release:
@@ -387,25 +375,8 @@ func TestHandOffsBeyondTheByteBudgetWaitInTheStore(t *testing.T) {
 			}
 			return send.Outcome{Class: send.Delivered, StatusCode: 200}
 		})})
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Stop(ctx)
-	})
 	ids := b.pending(t, sub, 100)
-	var jobs []core.Job
-	for _, id := range ids {
-		dl := b.state(t, id)
-		ev, _, err := b.store.EventGet(context.Background(), "", dl.EventID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, core.Job{Delivery: dl, Event: ev})
-	}
-	d.Notify(jobs)
+	d.Notify(b.jobs(t, ids))
 	d.mu.Lock()
 	held := d.freshBytes
 	d.mu.Unlock()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,17 +79,7 @@ func twoShards() (string, string) {
 
 func (b *bundle) startLeased(t *testing.T, l *leasing, s Sender, hostConc int) *Dispatcher {
 	t.Helper()
-	d := New(Config{Store: l, Subs: b.subs, Sender: s, HostConcurrency: hostConc, Node: "node-1",
-		LeaseTTL: 3 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Stop(ctx)
-	})
-	return d
+	return b.run(t, Config{Store: l, Sender: s, HostConcurrency: hostConc, Node: "node-1", LeaseTTL: 3 * time.Second})
 }
 
 func (d *Dispatcher) hasHost(name string) bool {
