@@ -110,6 +110,12 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("user-agent", s.userAgent)
 
+	// An http.Client turns user:password in the URL into Basic auth; a bare
+	// round trip does not, so do it here.
+	if u := req.URL.User; u != nil {
+		pw, _ := u.Password()
+		req.SetBasicAuth(u.Username(), pw)
+	}
 	resp, err := s.transport.RoundTrip(req)
 	if err != nil {
 		out.Class, out.Err = classifyErr(ctx, actx, err, timeout)

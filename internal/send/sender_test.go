@@ -375,3 +375,19 @@ func TestAppendStringMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// user:password in an endpoint URL goes out as Basic auth, as it did through
+// an http.Client.
+func TestSendCredentialsInURLBecomeBasicAuth(t *testing.T) {
+	srv, got := recorder(t)
+	s := New(Config{Guard: NewGuard(loopback)})
+	u := strings.Replace(srv.URL, "http://", "http://hook%20user:p%40ss@", 1) + "/hook"
+	if out := s.Send(context.Background(), testSub(u), testJob(), time.Now()); out.Class != Delivered {
+		t.Fatalf("outcome %+v", out)
+	}
+	c := <-got
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("hook user:p@ss"))
+	if a := c.header.Get("Authorization"); a != want {
+		t.Errorf("Authorization %q, want %q", a, want)
+	}
+}
