@@ -68,7 +68,8 @@ type Dispatcher struct {
 	results *resultWriter
 
 	mu         sync.Mutex
-	freshBytes int64 // held in every lane's fresh queue, see jobSize
+	moves      []move // lanes to look at after a subscription moved host (see movedFrom)
+	freshBytes int64  // held in every lane's fresh queue, see jobSize
 	hosts      map[string]*host
 	health     map[string]*subHealth // by subscription ID
 	wakes      wakeHeap
@@ -363,6 +364,15 @@ func (d *Dispatcher) pump(h *host, now time.Time) {
 	}
 	d.schedule(h, now)
 	d.forgetIdle(h)
+	for len(d.moves) > 0 {
+		m := d.moves[0]
+		d.moves = d.moves[1:]
+		if d.ownsHost(m.host) {
+			nh, nl := d.lane(m.host, m.subID)
+			nl.due(now)
+			d.pump(nh, now)
+		}
+	}
 }
 
 // hostAdmits is the host half of admission: breaker, Retry-After pause and
@@ -400,10 +410,11 @@ func (d *Dispatcher) pick(h *host, now time.Time) (*lane, *core.Subscription) {
 			continue
 		}
 		sub, ok := d.cfg.Subs.Get(id)
-		// A subscription moved to another host: the store moved its pending
-		// deliveries there, where admission must count them; what this lane
-		// holds would go out a second time.
-		if !ok || sub.State != core.SubActive || sub.Host != h.name {
+		if ok && sub.Host != h.name {
+			d.movedFrom(l, sub)
+			continue
+		}
+		if !ok || sub.State != core.SubActive {
 			d.drop(l)
 			continue
 		}
@@ -429,6 +440,18 @@ func (d *Dispatcher) laneRate(h *host, sub *core.Subscription, now time.Time) fl
 	}
 	return sub.RateLimit * h.ramp.factor(now, d.healthy(h, now))
 }
+
+// movedFrom retires a lane whose subscription moved to another host. The
+// store moved its pending deliveries there, where admission must count
+// them: what this lane holds would go out a second time, and a refill here
+// would fetch them again and again. The new host's lane is told to look.
+func (d *Dispatcher) movedFrom(l *lane, sub *core.Subscription) {
+	d.drop(l)
+	l.storeDue, l.recorded = time.Time{}, nil
+	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
+}
+
+type move struct{ host, subID string }
 
 // drop forgets a lane's queued work; the store still holds it pending.
 func (d *Dispatcher) drop(l *lane) {
@@ -556,6 +579,11 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 			d.cfg.Log.Error("refilling a lane", "subscription", l.subID, "err", err)
 		}
 		l.due(time.Now().Add(time.Second))
+		d.pump(h, time.Now())
+		return
+	}
+	if sub, ok := d.cfg.Subs.Get(l.subID); ok && sub.Host != h.name {
+		d.movedFrom(l, sub)
 		d.pump(h, time.Now())
 		return
 	}

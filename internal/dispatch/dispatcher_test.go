@@ -455,3 +455,56 @@ func TestMovedSubscriptionIsSentOnceFromItsNewHost(t *testing.T) {
 		t.Errorf("%d sends from the old host's lane", n)
 	}
 }
+
+// After a move, the old host's lane stops asking the store for the
+// subscription's work (which now belongs to the new host's lane) instead of
+// fetching it, dropping it and fetching it again.
+func TestMovedSubscriptionStopsRefillingTheOldLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "was.example:80")
+	ids := b.pending(t, sub, 200)
+	cs := &refillCounter{Store: b.store}
+	release := make(chan struct{})
+	d := b.run(t, Config{Store: cs, Resync: time.Hour,
+		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+			if j.Delivery.Host == "was.example:80" {
+				select { // the old host is slow: its lane stays busy
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return send.Outcome{Class: send.Delivered, StatusCode: 200}
+		})})
+	testenv.Eventually(t, 5*time.Second, "the old lane is full", func() bool {
+		w, _ := d.held(sub.Host)
+		return w > 0
+	})
+	moved := sub
+	moved.URL, moved.Host, moved.UpdatedAt = "http://now.example:80/", "now.example:80", time.Now().UTC()
+	if err := b.store.SubscriptionUpdate(context.Background(), moved); err != nil {
+		t.Fatal(err)
+	}
+	b.subs.Put(moved)
+	before := cs.due.Load()
+	close(release) // the old lane's sends finish: it pumps, refills, picks again
+	d.Wake(moved.Host, moved.ID)
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	testenv.Eventually(t, 5*time.Second, "the old lane is gone", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		h := d.hosts["was.example:80"]
+		return h == nil || len(h.lanes) == 0
+	})
+	// The new lane fetches 200 in windows of 32: about 9 refills. A
+	// lane that keeps refetching made 54 here (hundreds elsewhere).
+	n := cs.due.Load() - before
+	t.Logf("%d refills after the move", n)
+	if n > 25 {
+		t.Errorf("%d refills after the move", n)
+	}
+}
