@@ -56,7 +56,6 @@ type Ingester struct {
 // committed is a durable batch whose callers are still to be answered.
 type committed struct {
 	batch   []request
-	inserts []store.EventInsert
 	results []store.EventInsertResult
 	took    time.Duration
 }
@@ -112,9 +111,9 @@ func (in *Ingester) Close() {
 	<-in.done
 }
 
-// loop is the one writer: it gathers a batch, commits it, hands it to
-// answer and gathers the next. Answering callers and handing deliveries to
-// the dispatcher happen off this goroutine, so that under load the next
+// loop is the one writer: it gathers a batch, commits it, hands its
+// deliveries to the dispatcher, passes it to answer and gathers the next.
+// Answering callers happens off this goroutine, so that under load the next
 // commit does not wait for the scheduler to run the woken handlers.
 func (in *Ingester) loop(answered chan struct{}) {
 	defer func() {
@@ -178,28 +177,12 @@ func (in *Ingester) commit(batch []request) {
 		batch[0].reply <- reply{err: err}
 		return
 	}
-	in.committed <- committed{batch: batch, inserts: inserts, results: results, took: took}
-}
-
-// answer replies to each committed batch's callers and hands its pending
-// deliveries to the dispatcher, in commit order.
-func (in *Ingester) answer(answered chan struct{}) {
-	defer close(answered)
-	for c := range in.committed {
-		in.answerOne(c)
-	}
-}
-
-func (in *Ingester) answerOne(c committed) {
-	batch, inserts, results, took := c.batch, c.inserts, c.results, c.took
+	// The hand-off to the dispatcher happens here, at once: were it late, a
+	// refill could meanwhile fetch, send and record a delivery, and the late
+	// hand-off would send it again.
 	var jobs []core.Job
-	var dups, skipped int
-	for i, r := range batch {
-		res := results[i]
-		r.reply <- reply{res: Result{EventID: res.EventID, Duplicate: res.Duplicate}}
-		if res.Duplicate {
-			dups++
-		}
+	skipped := 0
+	for i, res := range results {
 		for _, d := range res.Deliveries {
 			if d.State == core.DeliveryPending {
 				jobs = append(jobs, core.Job{Delivery: d, Event: inserts[i].Event})
@@ -208,10 +191,26 @@ func (in *Ingester) answerOne(c committed) {
 			}
 		}
 	}
-	in.m.Committed(len(batch)-dups, dups, took)
-	in.m.DeliveriesCreated(len(jobs), skipped)
 	if len(jobs) > 0 && in.notify != nil {
 		in.notify(jobs)
+	}
+	in.m.DeliveriesCreated(len(jobs), skipped)
+	in.committed <- committed{batch: batch, results: results, took: took}
+}
+
+// answer replies to each committed batch's callers, in commit order.
+func (in *Ingester) answer(answered chan struct{}) {
+	defer close(answered)
+	for c := range in.committed {
+		dups := 0
+		for i, r := range c.batch {
+			res := c.results[i]
+			r.reply <- reply{res: Result{EventID: res.EventID, Duplicate: res.Duplicate}}
+			if res.Duplicate {
+				dups++
+			}
+		}
+		in.m.Committed(len(c.batch)-dups, dups, c.took)
 	}
 }
 
