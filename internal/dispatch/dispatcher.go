@@ -757,13 +757,19 @@ func (d *Dispatcher) disable(subID, reason string) {
 	s.State = core.SubDisabled
 	s.DisabledReason = reason
 	s.UpdatedAt = time.Now().UTC()
+	// The registry first: once the store says disabled, ingest must already
+	// write new deliveries skipped (the store's update skips only those
+	// pending at its commit). Undone if the store refuses.
+	d.cfg.Subs.Put(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.cfg.Store.SubscriptionUpdate(ctx, s); err != nil {
+		if now, ok := d.cfg.Subs.Get(subID); ok && now.UpdatedAt.Equal(s.UpdatedAt) {
+			d.cfg.Subs.Put(*cur)
+		}
 		d.cfg.Log.Error("disabling subscription", "subscription", subID, "err", err)
 		return
 	}
-	d.cfg.Subs.Put(s)
 	d.cfg.Log.Warn("subscription disabled", "subscription", subID, "reason", reason)
 }
 
