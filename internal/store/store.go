@@ -232,3 +232,26 @@ const (
 	DueLeases                      // shard shares changed: lease again now
 	DueResumed                     // Listen (re)started: earlier notifications may be lost
 )
+
+// PageLimit applies the page size rules: 50 by default, at most 100.
+func PageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return 50
+	case n > 100:
+		return 100
+	}
+	return n
+}
+
+// PageOf makes a page of rows fetched with one row more than limit (that
+// row only says another page exists); the cursor is the last row's ID.
+func PageOf[T any](rows []T, limit int, id func(T) string) Page[T] {
+	var page Page[T]
+	if len(rows) > limit {
+		rows = rows[:limit]
+		page.NextCursor = id(rows[limit-1])
+	}
+	page.Data = rows
+	return page
+}

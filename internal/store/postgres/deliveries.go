@@ -42,7 +42,7 @@ func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Deli
 }
 
 func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
-	limit := pageLimit(p.Limit)
+	limit := store.PageLimit(p.Limit)
 	// Walks the (subscription_id, id) index backwards; IDs sort by creation.
 	q := `SELECT ` + deliveryColumns + ` FROM deliveries WHERE subscription_id = $1`
 	args := []any{p.SubscriptionID}
@@ -78,13 +78,7 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 	if err != nil {
 		return store.Page[core.Delivery]{}, err
 	}
-	var page store.Page[core.Delivery]
-	if len(ds) > limit {
-		ds = ds[:limit]
-		page.NextCursor = ds[limit-1].ID
-	}
-	page.Data = ds
-	return page, nil
+	return store.PageOf(ds, limit, func(x core.Delivery) string { return x.ID }), nil
 }
 
 func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now time.Time) (core.Delivery, error) {

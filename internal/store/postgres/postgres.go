@@ -199,17 +199,6 @@ func tm(v pgtype.Timestamptz) time.Time {
 	return v.Time.UTC()
 }
 
-// pageLimit applies the page size rules: 50 by default, at most 100.
-func pageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return 50
-	case n > 100:
-		return 100
-	}
-	return n
-}
-
 // orEmpty keeps a nil list from becoming a NULL array parameter where the
 // SQL needs an empty one (x <> ALL(NULL) is never true).
 func orEmpty[T any](xs []T) []T {

@@ -79,7 +79,7 @@ func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.
 }
 
 func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListParams) (store.Page[core.Subscription], error) {
-	limit := pageLimit(p.Limit)
+	limit := store.PageLimit(p.Limit)
 	// One row more than the page tells whether another page exists.
 	rows, err := s.pool.Query(ctx, `SELECT `+subColumns+` FROM subscriptions
 		WHERE ($1 = '' OR tenant_id = $1) AND id > $2 AND deleted_at IS NULL
@@ -91,13 +91,7 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 	if err != nil {
 		return store.Page[core.Subscription]{}, err
 	}
-	var page store.Page[core.Subscription]
-	if len(subs) > limit {
-		subs = subs[:limit]
-		page.NextCursor = subs[limit-1].ID
-	}
-	page.Data = subs
-	return page, nil
+	return store.PageOf(subs, limit, func(x core.Subscription) string { return x.ID }), nil
 }
 
 func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, error) {

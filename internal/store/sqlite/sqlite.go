@@ -242,14 +242,3 @@ func mapErr(err error) error {
 	}
 	return err
 }
-
-// pageLimit applies the page size rules: 50 by default, at most 100.
-func pageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return 50
-	case n > 100:
-		return 100
-	}
-	return n
-}

@@ -107,7 +107,7 @@ func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.
 }
 
 func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListParams) (store.Page[core.Subscription], error) {
-	limit := pageLimit(p.Limit)
+	limit := store.PageLimit(p.Limit)
 	// One row more than the page tells whether another page exists.
 	rows, err := s.r.QueryContext(ctx, `SELECT `+subColumns+` FROM subscriptions
 		WHERE (? = '' OR tenant_id = ?) AND id > ? AND deleted_at IS NULL
@@ -119,13 +119,7 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 	if err != nil {
 		return store.Page[core.Subscription]{}, err
 	}
-	var page store.Page[core.Subscription]
-	if len(subs) > limit {
-		subs = subs[:limit]
-		page.NextCursor = subs[limit-1].ID
-	}
-	page.Data = subs
-	return page, nil
+	return store.PageOf(subs, limit, func(x core.Subscription) string { return x.ID }), nil
 }
 
 func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, error) {
