@@ -282,24 +282,22 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 	return st, nil
 }
 
-var insertAttempts = multiRow{
-	head: `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response) VALUES`,
-	row:  `(?, ?, ?, ?, ?, ?, ?)`,
-	tail: `ON CONFLICT (delivery_id, n) DO NOTHING`,
-	cols: 7,
-}
+var insertAttempts = newMultiRow(
+	`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response) VALUES`,
+	`(?, ?, ?, ?, ?, ?, ?)`,
+	`ON CONFLICT (delivery_id, n) DO NOTHING`,
+	7)
 
 // updateResults moves each delivery on from its attempt. A delivery
 // updated twice by one statement would take an arbitrary one of its rows,
 // so DeliveryRecordResults never puts a delivery twice in one statement.
-var updateResults = multiRow{
-	head: `UPDATE deliveries SET attempt_count = v.column1, last_status = v.column2, last_error = v.column3,
+var updateResults = newMultiRow(
+	`UPDATE deliveries SET attempt_count = v.column1, last_status = v.column2, last_error = v.column3,
 		state = v.column4, next_attempt_at = v.column5, updated_at = v.column6 FROM (VALUES`,
-	row: `(?, ?, ?, ?, ?, ?, ?)`,
-	tail: `) AS v WHERE deliveries.id = v.column7 AND deliveries.state = 'pending'
+	`(?, ?, ?, ?, ?, ?, ?)`,
+	`) AS v WHERE deliveries.id = v.column7 AND deliveries.state = 'pending'
 		AND deliveries.attempt_count < v.column1`,
-	cols: 7,
-}
+	7)
 
 func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
 	if len(rs) == 0 {

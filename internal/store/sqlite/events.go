@@ -23,11 +23,11 @@ const (
 		RETURNING last_sequence`
 )
 
-var insertDeliveries = multiRow{
-	head: `INSERT INTO deliveries (` + deliveryColumns + `, round_started_at) VALUES`,
-	row:  `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-	cols: 18,
-}
+var insertDeliveries = newMultiRow(
+	`INSERT INTO deliveries (`+deliveryColumns+`, round_started_at) VALUES`,
+	`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	"",
+	18)
 
 // batchStmts are the hot statements bound to one EventInsertBatch transaction.
 type batchStmts struct {

@@ -37,43 +37,43 @@ type Store struct {
 // Preparing costs more than running them, so each is prepared once on the
 // one writer connection and reused by every transaction.
 var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subOrderedSQL, nextSeqSQL},
-	insertDeliveries.all(), insertAttempts.all(), updateResults.all())
+	insertDeliveries.sqls, insertAttempts.sqls, updateResults.sqls)
 
 // rowChunks are the row counts a multi-row statement is prepared for; n rows
 // go out as the fewest statements (10 = 8 + 2). One statement per row costs
 // a round through database/sql and the VDBE set-up per row; a chunk pays it once.
 var rowChunks = []int{32, 16, 8, 4, 2, 1}
 
-// multiRow is a statement whose VALUES list repeats once per row.
+// multiRow is a statement whose VALUES list repeats once per row, its text
+// made once for each size in rowChunks (sqls[i] has rowChunks[i] rows).
 type multiRow struct {
-	head, row, tail string // "INSERT INTO t (a, b) VALUES", "(?, ?)", "ON CONFLICT ..."
-	cols            int
+	cols int
+	sqls []string
 }
 
-func (m multiRow) sql(rows int) string {
-	return m.head + " " + strings.TrimSuffix(strings.Repeat(m.row+", ", rows), ", ") + " " + m.tail
-}
-
-func (m multiRow) all() []string {
-	var qs []string
+// newMultiRow builds head + n × row + tail, e.g. "INSERT INTO t (a, b) VALUES",
+// "(?, ?)", "ON CONFLICT ...".
+func newMultiRow(head, row, tail string, cols int) multiRow {
+	m := multiRow{cols: cols}
 	for _, k := range rowChunks {
-		qs = append(qs, m.sql(k))
+		m.sqls = append(m.sqls, head+" "+strings.TrimSuffix(strings.Repeat(row+", ", k), ", ")+" "+tail)
 	}
-	return qs
+	return m
 }
 
 // execRows runs m inside tx over rows of m.cols values each, flattened into args.
 func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m multiRow, args []any) error {
 	for len(args) > 0 {
 		n := len(args) / m.cols
-		k := rowChunks[len(rowChunks)-1]
-		for _, c := range rowChunks {
+		i := len(rowChunks) - 1
+		for j, c := range rowChunks {
 			if c <= n {
-				k = c
+				i = j
 				break
 			}
 		}
-		st, err := s.inTx(ctx, tx, m.sql(k))
+		k := rowChunks[i]
+		st, err := s.inTx(ctx, tx, m.sqls[i])
 		if err != nil {
 			return err
 		}
