@@ -2,10 +2,8 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -37,26 +35,11 @@ func startNode(t *testing.T, db, name string) *env {
 	// move may resend what was in flight (by design), which the
 	// exactly-once assertions here would report. CI saw it once at 2 s.
 	// Takeover after a lapse is tested with real processes in cmd/hookd.
-	a, err := Open(context.Background(), Config{
+	return serve(t, Config{
 		DB: db, AdminToken: adminToken, Version: "test", Node: name, LeaseTTL: 10 * time.Second,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(&log, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.Shutdown(ctx)
-	})
-	base := "http://" + ln.Addr().String()
-	return &env{t: t, app: a, base: base, admin: &testenv.Client{T: t, Base: base, Token: adminToken}}
 }
 
 // waitSplit waits until the nodes hold disjoint shard sets that cover all

@@ -40,11 +40,18 @@ func start(t *testing.T, loopback bool) *env {
 	if loopback {
 		allow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	}
-	a, err := Open(context.Background(), Config{
+	return serve(t, Config{
 		DB: filepath.Join(t.TempDir(), "hookd.db"), AdminToken: adminToken,
 		AllowNetworks: allow, Version: "test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+}
+
+// serve opens a node on cfg, serves it on a loopback port and shuts it
+// down when the test ends.
+func serve(t *testing.T, cfg Config) *env {
+	t.Helper()
+	a, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
