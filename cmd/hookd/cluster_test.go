@@ -1,10 +1,7 @@
 package main
 
 import (
-	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -55,20 +52,8 @@ func TestKill9NodeShardsAreTakenOver(t *testing.T) {
 
 	// B's destination answers 503 until B is dead, so every accepted event
 	// is pending when it dies; afterwards it records what it takes.
-	var afterKill atomic.Bool
-	var mu sync.Mutex
-	delivered := map[string]bool{}
 	rc := receiverOf(t, db, "node-b")
-	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
-		if !afterKill.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		mu.Lock()
-		delivered[r.Header.Get("webhook-id")] = true
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}
+	down := downUntilKill(rc)
 	clientA := &testenv.Client{T: t, Base: a.base, Token: "crash-admin"}
 	clientB := &testenv.Client{T: t, Base: b.base, Token: "crash-admin"}
 	clientA.Must(201, "POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"},
@@ -90,16 +75,9 @@ func TestKill9NodeShardsAreTakenOver(t *testing.T) {
 	}
 	b.cmd.Wait()
 	killed := time.Now()
-	afterKill.Store(true)
+	down.killed.Store(true)
 	testenv.Eventually(t, 30*time.Second, "every event delivered by node A", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range accepted {
-			if !delivered[id] {
-				return false
-			}
-		}
-		return true
+		return down.tookAll(accepted)
 	})
 	took := time.Since(killed)
 	if n := held(t, db, "node-a"); n != core.NumShards {

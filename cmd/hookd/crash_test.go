@@ -81,20 +81,8 @@ func TestKill9MidBurstLosesNoAcceptedEvent(t *testing.T) {
 	// Until the kill the endpoint answers 503, so every accepted event is
 	// still pending in the store when the process dies; afterwards it takes
 	// them and records what it took.
-	var afterKill atomic.Bool
-	var deliveredMu sync.Mutex
-	delivered := map[string]bool{}
 	rc := testenv.NewReceiver(t)
-	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
-		if !afterKill.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		deliveredMu.Lock()
-		delivered[r.Header.Get("webhook-id")] = true
-		deliveredMu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}
+	down := downUntilKill(rc)
 	p := startProc(t, db)
 	admin := &testenv.Client{T: t, Base: p.base, Token: "crash-admin"}
 	admin.Must(201, "POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"},
@@ -144,19 +132,12 @@ func TestKill9MidBurstLosesNoAcceptedEvent(t *testing.T) {
 	close(killed)
 	p.cmd.Wait()
 	wg.Wait()
-	afterKill.Store(true)
+	down.killed.Store(true)
 	triedBefore := rc.Count()
 
 	startProc(t, db)
 	testenv.Eventually(t, 30*time.Second, "every accepted event delivered after restart", func() bool {
-		deliveredMu.Lock()
-		defer deliveredMu.Unlock()
-		for _, id := range accepted {
-			if !delivered[id] {
-				return false
-			}
-		}
-		return true
+		return down.tookAll(accepted)
 	})
 	t.Logf("%d accepted before kill -9 (%d attempts answered 503 before it); all delivered after restart",
 		len(accepted), triedBefore)
@@ -201,4 +182,40 @@ func TestSIGTERMLetsInFlightSendFinishAndRecordsIt(t *testing.T) {
 	if n := rc.Count(); n != 1 {
 		t.Errorf("endpoint got %d requests, want 1 (the result was recorded, not resent)", n)
 	}
+}
+
+// deadEndpoint answers 503 until killed is set (so everything accepted is
+// still pending when the process under test dies), then 200, recording
+// which events it took.
+type deadEndpoint struct {
+	killed atomic.Bool
+	mu     sync.Mutex
+	took   map[string]bool
+}
+
+func downUntilKill(rc *testenv.Receiver) *deadEndpoint {
+	d := &deadEndpoint{took: map[string]bool{}}
+	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
+		if !d.killed.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		d.mu.Lock()
+		d.took[r.Header.Get("webhook-id")] = true
+		d.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+	return d
+}
+
+// tookAll reports whether every one of ids has been taken.
+func (d *deadEndpoint) tookAll(ids []string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, id := range ids {
+		if !d.took[id] {
+			return false
+		}
+	}
+	return true
 }
