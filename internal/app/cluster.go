@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"hookd/internal/core"
 	"hookd/internal/dispatch"
 	"hookd/internal/store"
 	"hookd/internal/subs"
@@ -88,6 +89,12 @@ func (c *cluster) heard(d store.Due) {
 			return // the owner heard it too
 		}
 		if sub, ok := c.reg.Get(d.SubscriptionID); ok {
+			if !c.dispatch.OwnsShard(core.ShardOf(sub.Host)) {
+				// Written under a host the subscription has left: the
+				// resync moves them to the owner of its current host.
+				c.dispatch.Resync()
+				return
+			}
 			c.dispatch.Wake(sub.Host, sub.ID)
 			return
 		}

@@ -344,3 +344,41 @@ func TestDueWorkForAnUnknownSubscriptionGoesOutAfterTheReload(t *testing.T) {
 		t.Fatalf("B sent %s, want %s", got, ev)
 	}
 }
+
+// A node whose registry has not yet heard that a subscription moved host
+// writes its new deliveries under the old host, on the old host's shard.
+// When that shard belongs to another node, whose registry already knows the
+// new host, neither node would send them: the old shard's owner does not own
+// the new host, the new host's owner never sees the old shard. The old
+// shard's owner moves them to the new host, whose owner then sends them.
+func TestDeliveriesWrittenUnderAStaleHostAreMovedAndSent(t *testing.T) {
+	t.Parallel()
+	db := testenv.PostgresSchema(t)
+	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
+	waitSplit(t, db, a, b)
+	oldRc, newRc := receiverOn(t, a), receiverOn(t, b)
+	sub, _ := a.subscribe(a.admin, oldRc.URL, []string{"*"}, nil)
+	waitKnown(t, sub, present, a, b)
+	stale, _ := b.app.subs.Get(sub)
+	old := *stale
+	a.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"url": newRc.URL})
+	moved := func(s *core.Subscription, ok bool) bool { return ok && s.Host == hostOf(newRc) }
+	waitKnown(t, sub, moved, a, b)
+	current, _ := b.app.subs.Get(sub)
+	fresh := *current
+	b.app.subs.Put(old) // B has not heard of the move yet
+	ev := b.post(b.admin, "a.b", map[string]any{})
+	b.app.subs.Put(fresh) // and now it has
+
+	testenv.Eventually(t, 15*time.Second, "the event delivered to the new URL", func() bool { return newRc.Count() == 1 })
+	if got := newRc.Requests()[0].Header.Get("webhook-id"); got != ev {
+		t.Fatalf("sent %s, want %s", got, ev)
+	}
+	if n := oldRc.Count(); n != 0 {
+		t.Fatalf("the old URL got %d requests, want 0", n)
+	}
+	testenv.Eventually(t, 5*time.Second, "the delivery recorded as delivered", func() bool {
+		d := a.admin.Must(200, "GET", "/v1/events/"+ev, nil)["deliveries"].([]any)[0].(map[string]any)
+		return d["state"] == "delivered"
+	})
+}

@@ -849,13 +849,17 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 	if err != nil {
 		return err
 	}
+	var strays []string
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	now := time.Now()
 	touched := map[*host]bool{}
 	for _, sd := range due {
 		if !d.ownsHost(sd.Host) {
-			continue // lost while the store was asked
+			// Pending on a shard of ours, yet the subscription's host is
+			// another node's: written under a host it has since left, by a
+			// node that had not heard (or our lease was lost meanwhile).
+			strays = append(strays, sd.SubscriptionID)
+			continue
 		}
 		h, l := d.lane(sd.Host, sd.SubscriptionID)
 		l.due(sd.NextAttemptAt)
@@ -863,6 +867,18 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 	}
 	for h := range touched {
 		d.pump(h, now)
+	}
+	d.mu.Unlock()
+	// Move them to the current host; the store tells its owner. Left where
+	// they are, neither node would send them.
+	for _, id := range strays {
+		n, err := d.cfg.Store.DeliveryRehost(ctx, id)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			d.cfg.Log.Info("moved deliveries written under a host their subscription left", "subscription", id, "n", n)
+		}
 	}
 	return nil
 }

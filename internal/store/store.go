@@ -86,6 +86,12 @@ type Store interface {
 	// pending deliveries on the given shards (nil: all), each with its host and
 	// earliest next_attempt_at.
 	DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]SubscriptionDue, error)
+	// DeliveryRehost moves the subscription's pending deliveries that were
+	// written under another host than its current one (by a node that had
+	// not yet heard of the change) to the current host and its shard, and
+	// returns how many. SubscriptionUpdate moves those already written; this
+	// catches the ones written while the change travelled.
+	DeliveryRehost(ctx context.Context, subscriptionID string) (int, error)
 	// DeliveryExpire fails the subscription's pending deliveries whose
 	// current round of retries (from creation or the last replay) began
 	// before cutoff, with reason as last_error and no attempt: their retry

@@ -231,6 +231,34 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	return out, nil
 }
 
+// DeliveryRehost locks the subscription row as SubscriptionUpdate does, so
+// a host change running beside it is either seen whole or waits.
+func (s *Store) DeliveryRehost(ctx context.Context, subscriptionID string) (int, error) {
+	n := 0
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var host string
+		err := tx.QueryRow(ctx, `SELECT host FROM subscriptions WHERE id = $1 AND deleted_at IS NULL
+			FOR NO KEY UPDATE`, subscriptionID).Scan(&host)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		shard := core.ShardOf(host)
+		tag, err := tx.Exec(ctx, `UPDATE deliveries SET host = $1, shard = $2
+			WHERE subscription_id = $3 AND state = 'pending' AND host <> $1`, host, shard, subscriptionID)
+		if err != nil {
+			return err
+		}
+		if n = int(tag.RowsAffected()); n == 0 {
+			return nil
+		}
+		return s.notify(ctx, tx, store.Due{SubscriptionID: subscriptionID, Shard: shard})
+	})
+	return n, mapErr(err)
+}
+
 // DeliveryExpire works in batches so one call never holds many row locks long.
 func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error) {
 	const step = 1000

@@ -239,6 +239,31 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	return out, rows.Err()
 }
 
+func (s *Store) DeliveryRehost(ctx context.Context, subscriptionID string) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var host string
+		err := tx.QueryRowContext(ctx, `SELECT host FROM subscriptions WHERE id = ? AND deleted_at IS NULL`,
+			subscriptionID).Scan(&host)
+		if errors.Is(err, sql.ErrNoRows) {
+			n = 0
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE deliveries SET host = ?, shard = ?
+			WHERE subscription_id = ? AND state = 'pending' AND host <> ?`,
+			host, core.ShardOf(host), subscriptionID, host)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), mapErr(err)
+}
+
 // DeliveryExpire works in batches so one call never holds the writer long.
 func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error) {
 	total := 0

@@ -127,6 +127,54 @@ func testDeliveryPendingSubscriptions(t *testing.T, s store.Store) {
 	}
 }
 
+// testDeliveryRehost: deliveries written under a host the subscription has
+// left (by a node whose registry lagged) move to its current host and shard;
+// finished ones keep the host they were sent to.
+func testDeliveryRehost(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	sub := f.sub(a.ID, "new.example:443")
+	other := f.sub(a.ID, "old.example:443")
+	stale := func() core.Delivery {
+		t.Helper()
+		in := item(ev(a.ID, "t"), at(0), sub)
+		in.Deliveries[0].Host, in.Deliveries[0].Shard = "old.example:443", core.ShardOf("old.example:443")
+		return f.insert(in)[0].Deliveries[0]
+	}
+	pending, sent := stale(), stale()
+	f.record(sent, 1, 200, core.DeliveryDelivered, time.Time{})
+	current := f.deliver(sub, at(0))
+	untouched := f.deliver(other, at(0))
+
+	n, err := s.DeliveryRehost(f.ctx, sub.ID)
+	noErr(t, "DeliveryRehost", err)
+	if n != 1 {
+		t.Fatalf("DeliveryRehost moved %d, want 1", n)
+	}
+	for _, c := range []struct {
+		d    core.Delivery
+		host string
+	}{{pending, "new.example:443"}, {sent, "old.example:443"}, {current, "new.example:443"}, {untouched, "old.example:443"}} {
+		got, _ := f.getDelivery(c.d.ID)
+		if got.Host != c.host || got.Shard != core.ShardOf(c.host) {
+			t.Fatalf("delivery %s: host %s shard %d, want %s %d", c.d.ID, got.Host, got.Shard, c.host, core.ShardOf(c.host))
+		}
+	}
+	ds, err := s.DeliveryPendingSubscriptions(f.ctx, []int{core.ShardOf("old.example:443")})
+	noErr(t, "DeliveryPendingSubscriptions", err)
+	same(t, "old shard after the move", ids(ds, func(d store.SubscriptionDue) string { return d.SubscriptionID }), []string{other.ID})
+
+	n, err = s.DeliveryRehost(f.ctx, sub.ID)
+	noErr(t, "DeliveryRehost again", err)
+	if n != 0 {
+		t.Fatalf("DeliveryRehost again moved %d, want 0", n)
+	}
+	n, err = s.DeliveryRehost(f.ctx, "sub_unknown")
+	if err != nil || n != 0 {
+		t.Fatalf("DeliveryRehost of an unknown subscription: %d, %v; want 0, nil", n, err)
+	}
+}
+
 // testOrderedLines: an ordered subscription's delivery waits while an
 // earlier one of its key is pending; other keys flow.
 func testOrderedLines(t *testing.T, s store.Store) {

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OrderedLines", testOrderedLines},
 		{"DeliveryStats", testDeliveryStats},
 		{"DeliveryExpire", testDeliveryExpire},
+		{"DeliveryRehost", testDeliveryRehost},
 		{"ReplayJobs", testReplayJobs},
 		{"DeliveryRecordResults", testDeliveryRecordResults},
 		{"DeliveryReplay", testDeliveryReplay},
