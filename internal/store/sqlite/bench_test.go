@@ -3,6 +3,7 @@ package sqlite
 import (
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,4 +107,56 @@ func BenchmarkDeliveryRecordResults(b *testing.B) {
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "results/s")
 		})
 	}
+}
+
+// BenchmarkLifecycle measures what the store spends per delivery in the
+// fanout-10 steady state: each op commits one ingest batch (10 events × 10
+// subscriptions) and, in its own transaction, the first-try successes of the
+// batch before it. cpu-µs/delivery is the process's CPU time, fsync waits
+// left out.
+func BenchmarkLifecycle(b *testing.B) {
+	const events, fanout = 10, 10
+	ctx := b.Context()
+	s, subs := benchStore(b, fanout)
+	payload := []byte(`{"amount":1234,"currency":"eur","customer":"cus_0123456789","description":"a typical small webhook payload"}`)
+	var prev []store.AttemptResult
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		now := time.Now().UTC()
+		batch := make([]store.EventInsert, events)
+		var rs []store.AttemptResult
+		for i := range batch {
+			e := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "payment.succeeded",
+				Payload: payload, CreatedAt: now}
+			ds := make([]core.Delivery, fanout)
+			for j, sub := range subs {
+				ds[j] = core.Delivery{ID: core.NewID("dlv"), EventID: e.ID, SubscriptionID: sub.ID,
+					TenantID: e.TenantID, EventType: e.Type, Host: sub.Host, Shard: core.ShardOf(sub.Host),
+					State: core.DeliveryPending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
+				rs = append(rs, store.AttemptResult{Attempt: core.Attempt{DeliveryID: ds[j].ID, N: 1, StartedAt: now,
+					Duration: time.Millisecond, StatusCode: 200, Response: "ok"}, State: core.DeliveryDelivered, Now: now})
+			}
+			batch[i] = store.EventInsert{Event: e, Deliveries: ds}
+		}
+		if _, err := s.EventInsertBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		if prev != nil {
+			if err := s.DeliveryRecordResults(ctx, prev); err != nil {
+				b.Fatal(err)
+			}
+		}
+		prev = rs
+	}
+	n := float64(b.N * events * fanout)
+	b.ReportMetric(b.Elapsed().Seconds()*1e6/n, "µs/delivery")
+	b.ReportMetric((cpuTime()-cpu0).Seconds()*1e6/n, "cpu-µs/delivery")
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
