@@ -113,7 +113,7 @@ type lane struct {
 	subID string
 	// fresh holds deliveries handed over at ingest; backlog holds due
 	// deliveries fetched from the store, oldest first.
-	fresh, backlog []core.Job
+	fresh, backlog []*core.Job // pointers: a Job is ~450 bytes, copied per queue step
 	inflight       int
 	// backlogCredit grows by the backlog floor with every start while both
 	// queues hold work; a whole credit buys the backlog a start.
@@ -209,7 +209,8 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 	defer d.mu.Unlock()
 	now := time.Now()
 	touched := map[*host]bool{}
-	for _, j := range jobs {
+	for i := range jobs {
+		j := &jobs[i]
 		if !d.ownsHost(j.Delivery.Host) {
 			continue
 		}
@@ -220,9 +221,12 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 		}
 		// An ordered delivery may wait on a predecessor: the store decides
 		// which ordering key's head is due.
-		if size := jobSize(&j); j.Delivery.Sequence == 0 && len(l.fresh) < d.freshCap(h, now) &&
+		if size := jobSize(j); j.Delivery.Sequence == 0 && len(l.fresh) < d.freshCap(h, now) &&
 			d.freshBytes+size <= d.cfg.FreshBytes {
-			l.fresh = append(l.fresh, j)
+			// A copy of its own: pointing into jobs would keep the whole
+			// batch alive behind one slow lane, out of FreshBytes' sight.
+			cp := *j
+			l.fresh = append(l.fresh, &cp)
 			l.known[j.Delivery.ID] = true
 			d.freshBytes += size
 		} else {
@@ -323,7 +327,7 @@ func (d *Dispatcher) trimFresh(h *host, l *lane, now time.Time) {
 	}
 	for i := range over {
 		delete(l.known, l.fresh[i].Delivery.ID)
-		d.freshBytes -= jobSize(&l.fresh[i])
+		d.freshBytes -= jobSize(l.fresh[i])
 	}
 	l.fresh = slices.Clone(l.fresh[over:])
 	l.due(now)
@@ -455,13 +459,13 @@ type move struct{ host, subID string }
 
 // drop forgets a lane's queued work; the store still holds it pending.
 func (d *Dispatcher) drop(l *lane) {
-	for _, q := range [][]core.Job{l.fresh, l.backlog} {
+	for _, q := range [][]*core.Job{l.fresh, l.backlog} {
 		for _, j := range q {
 			delete(l.known, j.Delivery.ID)
 		}
 	}
 	for i := range l.fresh {
-		d.freshBytes -= jobSize(&l.fresh[i])
+		d.freshBytes -= jobSize(l.fresh[i])
 	}
 	l.fresh, l.backlog = nil, nil
 }
@@ -471,7 +475,7 @@ func (d *Dispatcher) drop(l *lane) {
 // the newest (so the backlog always drains and new work is not starved);
 // when one queue is empty the other takes every start.
 func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Time) {
-	var j core.Job
+	var j *core.Job
 	fromBacklog := len(l.fresh) == 0
 	if len(l.fresh) > 0 && len(l.backlog) > 0 {
 		l.backlogCredit += backlogFloor
@@ -480,11 +484,12 @@ func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Ti
 			fromBacklog = true
 		}
 	}
+	// The slot is cleared so the queue's array does not keep the job alive.
 	if fromBacklog {
-		j, l.backlog = l.backlog[0], l.backlog[1:]
+		j, l.backlog[0], l.backlog = l.backlog[0], nil, l.backlog[1:]
 	} else {
-		j, l.fresh = l.fresh[0], l.fresh[1:]
-		d.freshBytes -= jobSize(&j)
+		j, l.fresh[0], l.fresh = l.fresh[0], nil, l.fresh[1:]
+		d.freshBytes -= jobSize(j)
 	}
 	l.bucket.take()
 	h.aimdBucket.take()
@@ -587,8 +592,8 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 		d.pump(h, time.Now())
 		return
 	}
-	for _, j := range jobs {
-		if !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
+	for i := range jobs {
+		if j := &jobs[i]; !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
 			l.known[j.Delivery.ID] = true
 			l.backlog = append(l.backlog, j)
 		}
@@ -607,9 +612,9 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 }
 
 // attempt sends one delivery and turns the outcome into its next state.
-func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j core.Job, probe bool) {
+func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j *core.Job, probe bool) {
 	defer d.work.Done()
-	out := d.cfg.Sender.Send(d.sendCtx, sub, &j, time.Now())
+	out := d.cfg.Sender.Send(d.sendCtx, sub, j, time.Now())
 	r := nextState(sub, &j.Delivery, out)
 	r.host = h.name
 	if j.Delivery.RoundStart == 0 {

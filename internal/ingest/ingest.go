@@ -180,7 +180,11 @@ func (in *Ingester) commit(batch []request) {
 	// The hand-off to the dispatcher happens here, at once: were it late, a
 	// refill could meanwhile fetch, send and record a delivery, and the late
 	// hand-off would send it again.
-	var jobs []core.Job
+	n := 0
+	for _, res := range results {
+		n += len(res.Deliveries)
+	}
+	jobs := make([]core.Job, 0, n)
 	skipped := 0
 	for i, res := range results {
 		for _, d := range res.Deliveries {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"hookd/internal/core"
@@ -21,6 +22,10 @@ const (
 	// connection can be reused; beyond it, closing is cheaper.
 	drainLimit = 64 << 10
 )
+
+// heads holds the buffers answers' heads are read into: one per attempt
+// in flight rather than one allocated per attempt.
+var heads = sync.Pool{New: func() any { return new([core.MaxResponseHead]byte) }}
 
 // Config configures a Sender.
 type Config struct {
@@ -126,8 +131,10 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	out.Class = classify(resp.StatusCode, sub)
 	out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now.Add(time.Since(start)))
 	// The status is the answer; a body that stalls or breaks only shortens the head.
-	head, _ := io.ReadAll(io.LimitReader(resp.Body, core.MaxResponseHead))
-	out.Response = responseText(head)
+	buf := heads.Get().(*[core.MaxResponseHead]byte)
+	n, _ := io.ReadFull(resp.Body, buf[:])
+	out.Response = responseText(buf[:n]) // a copy: the buffer goes back
+	heads.Put(buf)
 	io.CopyN(io.Discard, resp.Body, drainLimit)
 	return out
 }

@@ -77,6 +77,11 @@ func (s *Store) EventInsertBatch(ctx context.Context, batch []store.EventInsert)
 			return err
 		}
 		defer st.close()
+		n := 0
+		for _, in := range batch {
+			n += len(in.Deliveries)
+		}
+		st.deliveryArgs = make([]any, 0, n*insertDeliveries.cols)
 		out = make([]store.EventInsertResult, 0, len(batch))
 		ordered := map[string]bool{} // subscription ID → ordered, looked up once per batch
 		for _, in := range batch {
@@ -141,15 +146,15 @@ func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in 
 				}
 			}
 		}
-		st.deliveryArgs = append(append(st.deliveryArgs, deliveryArgs(d)...), ns(d.CreatedAt))
+		st.deliveryArgs = append(appendDeliveryArgs(st.deliveryArgs, d), ns(d.CreatedAt))
 	}
 	return store.EventInsertResult{EventID: ev.ID, Deliveries: ds}, nil
 }
 
-func deliveryArgs(d *core.Delivery) []any {
-	return []any{d.ID, d.EventID, d.SubscriptionID, d.TenantID, d.EventType, d.Host, d.Shard,
+func appendDeliveryArgs(args []any, d *core.Delivery) []any {
+	return append(args, d.ID, d.EventID, d.SubscriptionID, d.TenantID, d.EventType, d.Host, d.Shard,
 		string(d.State), d.AttemptCount, d.RoundStart, ns(d.NextAttemptAt), d.LastStatus, d.LastError,
-		d.Sequence, ns(d.CreatedAt), ns(d.UpdatedAt), d.OrderingKey}
+		d.Sequence, ns(d.CreatedAt), ns(d.UpdatedAt), d.OrderingKey)
 }
 
 func scanDelivery(sc scanner) (core.Delivery, error) {
