@@ -33,6 +33,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := fs.String("pprof", "", "loopback address to serve the Go profiler on (/debug/pprof/), e.g. 127.0.0.1:6060; empty: off")
 	leaseTTL := fs.Duration("lease-ttl", dispatch.DefaultLeaseTTL, "PostgreSQL: how long a node's shard leases last unrenewed (renewed every third of it); a crashed node's destinations move after about this long")
+	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -62,6 +63,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *leaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("--lease-ttl must be at least 300ms")
 	}
+	if *retain < 0 {
+		return fmt.Errorf("--retention must be 0 (keep everything) or positive")
+	}
 	if *adminToken == "" {
 		*adminToken = api.NewToken("adm_")
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
@@ -70,7 +74,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	a, err := app.Open(ctx, app.Config{
 		DB: *db, AdminToken: *adminToken, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
-		Node: *nodeID, LeaseTTL: *leaseTTL,
+		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
 	})
 	if err != nil {
 		return err

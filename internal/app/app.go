@@ -20,6 +20,7 @@ import (
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
 	"hookd/internal/replay"
+	"hookd/internal/retention"
 	"hookd/internal/send"
 	"hookd/internal/store"
 	"hookd/internal/store/postgres"
@@ -40,6 +41,9 @@ type Config struct {
 	// store several nodes share (see dispatch.Config); SQLite ignores them.
 	Node     string
 	LeaseTTL time.Duration
+	// Retention is how long events, deliveries and attempts are kept
+	// (see retention); 0 keeps everything.
+	Retention time.Duration
 }
 
 type App struct {
@@ -49,7 +53,8 @@ type App struct {
 	dispatch *dispatch.Dispatcher
 	ingest   *ingest.Ingester
 	replays  *replay.Runner
-	cluster  *cluster // nil on a store one node holds (SQLite)
+	purger   *retention.Purger // nil when everything is kept
+	cluster  *cluster          // nil on a store one node holds (SQLite)
 	http     *http.Server
 	metrics  *metrics.Metrics
 	stopping atomic.Bool
@@ -111,6 +116,9 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
+	if cfg.Retention > 0 {
+		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
+	}
 	handler := api.New(api.Config{
 		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics,
@@ -145,6 +153,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 	herr := a.http.Shutdown(ctx)
 	a.ingest.Close()
 	a.replays.Stop()
+	if a.purger != nil {
+		a.purger.Stop()
+	}
 	if a.cluster != nil {
 		a.cluster.stop()
 	}

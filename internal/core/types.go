@@ -153,3 +153,14 @@ type ReplayJob struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }
+
+// DailyCount is what one subscription's deliveries created on one UTC day
+// came to, kept after retention removed them.
+type DailyCount struct {
+	SubscriptionID string
+	Day            time.Time // 00:00 UTC
+	Delivered      int64
+	Failed         int64
+	Skipped        int64
+	Attempts       int64
+}

@@ -97,6 +97,15 @@ type Store interface {
 	// before cutoff, with reason as last_error and no attempt: their retry
 	// window is spent while the endpoint could not be tried. Returns how many.
 	DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error)
+	// Purge removes up to limit events created before cutoff, oldest first,
+	// with their deliveries and attempts, skipping any event with a pending
+	// delivery: pending work is never dropped, however old. First it adds
+	// those deliveries to the daily counts. It returns how many events it
+	// removed; fewer than limit means none is left to remove. Several
+	// callers at once (nodes sharing a database) never count a row twice.
+	Purge(ctx context.Context, cutoff time.Time, limit int) (int, error)
+	// DailyCounts returns a subscription's daily counts, oldest day first.
+	DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error)
 	// ReplayJobCreate inserts a job (Done false, Replayed 0, Cursor "").
 	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
 	// ReplayJobGet returns a job of a live subscription. ErrNotFound if

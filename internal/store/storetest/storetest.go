@@ -46,6 +46,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryStats", testDeliveryStats},
 		{"DeliveryExpire", testDeliveryExpire},
 		{"DeliveryRehost", testDeliveryRehost},
+		{"Purge", testPurge},
+		{"PurgeConcurrent", testPurgeConcurrent},
 		{"ReplayJobs", testReplayJobs},
 		{"DeliveryRecordResults", testDeliveryRecordResults},
 		{"DeliveryReplay", testDeliveryReplay},

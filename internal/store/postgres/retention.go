@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"hookd/internal/core"
+)
+
+// Purge claims its events with SKIP LOCKED, so nodes purging at once take
+// disjoint batches, then locks their deliveries: a replay that made one
+// pending meanwhile is seen, and that event is left alone.
+func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, `SELECT e.id FROM events e
+			WHERE e.created_at < $1
+			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
+			ORDER BY e.created_at LIMIT $2 FOR UPDATE SKIP LOCKED`, cutoff, limit)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		// Locked, the states read are the latest: a replay waits for us.
+		busy := map[string]bool{}
+		var eid string
+		var state string
+		rows, _ = tx.Query(ctx, `SELECT event_id, state FROM deliveries WHERE event_id = ANY($1) FOR UPDATE`, ids)
+		if _, err := pgx.ForEachRow(rows, []any{&eid, &state}, func() error {
+			if state == "pending" {
+				busy[eid] = true
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		ids = slices.DeleteFunc(ids, func(id string) bool { return busy[id] })
+		if n = len(ids); n == 0 {
+			return nil
+		}
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO daily_counts (subscription_id, day, delivered, failed, skipped, attempts)
+			SELECT subscription_id, (created_at AT TIME ZONE 'UTC')::date,
+				count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
+				count(*) FILTER (WHERE state = 'skipped'), sum(attempt_count)
+			FROM deliveries WHERE event_id = ANY($1)
+			GROUP BY 1, 2 ORDER BY 1, 2
+			ON CONFLICT (subscription_id, day) DO UPDATE SET
+				delivered = daily_counts.delivered + EXCLUDED.delivered,
+				failed = daily_counts.failed + EXCLUDED.failed,
+				skipped = daily_counts.skipped + EXCLUDED.skipped,
+				attempts = daily_counts.attempts + EXCLUDED.attempts`, ids)
+		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE event_id = ANY($1))`, ids)
+		b.Queue(`DELETE FROM deliveries WHERE event_id = ANY($1)`, ids)
+		b.Queue(`DELETE FROM events WHERE id = ANY($1)`, ids)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return n, nil
+}
+
+func (s *Store) DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT day, delivered, failed, skipped, attempts FROM daily_counts
+		WHERE subscription_id = $1 ORDER BY day`, subscriptionID)
+	out := []core.DailyCount{}
+	var day pgtype.Date
+	c := core.DailyCount{SubscriptionID: subscriptionID}
+	_, err := pgx.ForEachRow(rows, []any{&day, &c.Delivered, &c.Failed, &c.Skipped, &c.Attempts}, func() error {
+		c.Day = day.Time.UTC()
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
