@@ -328,7 +328,12 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 	if len(rs) == 0 {
 		return nil
 	}
-	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+	return mapErr(s.rides.wait(ctx, s, rs))
+}
+
+// recordResults writes one batch of results in tx.
+func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.AttemptResult) error {
+	{
 		// A result recorded twice (a retried call whose first commit did land)
 		// keeps the first row; attempt_count < n keeps a stale result from
 		// winding a delivery back.
@@ -351,5 +356,5 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 			return err
 		}
 		return s.execRows(ctx, tx, insertAttempts, ins)
-	}))
+	}
 }

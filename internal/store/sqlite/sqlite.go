@@ -31,6 +31,8 @@ type Store struct {
 	r *sql.DB // read-only pool
 
 	stmts map[string]*sql.Stmt // hotWrites, prepared once on w at Open
+
+	rides riders // result batches waiting to be written (rides.go)
 }
 
 // hotWrites are the statements every ingest and result batch runs.
@@ -189,8 +191,55 @@ func (s *Store) Close() error {
 }
 
 // writeTx runs fn in one write transaction and commits it; any error rolls
-// everything back.
+// everything back. Result batches waiting to be written ride along (see
+// rides.go); fn must be safe to run twice.
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	err := s.write(ctx, fn)
+	if err == nil {
+		s.rides.wrote()
+	}
+	return err
+}
+
+// write commits fn (nil: nothing of its own) with the result batches
+// waiting, and tells each batch how it went.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	rs := s.rides.take()
+	if len(rs) == 0 {
+		if fn == nil {
+			return nil
+		}
+		return s.tx(ctx, fn)
+	}
+	var rideErr error
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for _, r := range rs {
+			if rideErr = s.recordResults(ctx, tx, r.rs); rideErr != nil {
+				return rideErr
+			}
+		}
+		if fn == nil {
+			return nil
+		}
+		return fn(tx)
+	})
+	if err == nil {
+		done(rs, nil)
+		return nil
+	}
+	// Keep them apart: each result batch alone, then fn again if it was
+	// the results that failed.
+	for _, r := range rs {
+		done([]*ride{r}, s.tx(ctx, func(tx *sql.Tx) error { return s.recordResults(ctx, tx, r.rs) }))
+	}
+	if fn != nil && rideErr != nil {
+		return s.tx(ctx, fn)
+	}
+	return err
+}
+
+// tx runs fn in one write transaction on the writer and commits it.
+func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
