@@ -203,7 +203,10 @@ type Leaser interface {
 	// fair share (NumShards over the live nodes, rounded up) so that a node
 	// that joins gets work, and takes free or lapsed shards up to that share.
 	// It returns the shards node holds afterwards, ascending, all of which
-	// are held until now+ttl.
+	// are held until now+ttl. A backend may time leases by its own clock
+	// rather than now (PostgreSQL does, so nodes whose clocks disagree still
+	// agree on which leases are live); callers guard their sends with
+	// durations measured from before the call, which hold either way.
 	ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error)
 	// ShardRelease gives back every lease node holds and forgets the node, so
 	// the others can take its shards at once (graceful shutdown).

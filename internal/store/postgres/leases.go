@@ -27,16 +27,28 @@ const forgetNodesAfter = time.Hour
 // that the shares add up to NumShards and differ by at most one, and a
 // stable cluster moves nothing. Only free or lapsed shards are taken, under
 // row locks, so no shard is ever held by two nodes.
+//
+// Times come from the database's clock, read once the lock is held, not
+// from now (the node's clock): nodes whose clocks disagree then still agree
+// on which leases are live. The node's own guard (dispatch) measures from
+// before the call, so it stops sending before the lease lapses either way.
 func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error) {
-	until := now.Add(ttl)
 	var held []int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(leaseLockSQL)
+		if !s.callerClock {
+			b.Queue(`SELECT clock_timestamp()`).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		until := now.Add(ttl)
 		// tell: the shares changed (node was not alive before this call,
 		// or it gives shards back), so the others should lease again now
 		// rather than at their next renewal.
 		var tell bool
-		b := &pgx.Batch{}
-		b.Queue(leaseLockSQL)
+		b = &pgx.Batch{}
 		b.Queue(`WITH old AS (SELECT alive_until FROM nodes WHERE id = $1)
 			INSERT INTO nodes (id, alive_until) VALUES ($1, $2)
 			ON CONFLICT (id) DO UPDATE SET alive_until = EXCLUDED.alive_until

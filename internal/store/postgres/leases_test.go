@@ -27,6 +27,7 @@ func newCluster(t *testing.T, names ...string) *cluster {
 	c := &cluster{t: t, nodes: map[string]*Store{}, last: map[string][]int{}}
 	for _, n := range names {
 		c.nodes[n] = openURL(t, u)
+		c.nodes[n].callerClock = true // the tests step time
 	}
 	return c
 }
@@ -217,5 +218,39 @@ func TestShardLeasesConcurrent(t *testing.T) {
 	}
 	if cs, all := c.counts(names...); !balanced(cs, all) {
 		t.Fatalf("after concurrent rounds: %v, all held %v", cs, all)
+	}
+}
+
+// Leases are timed by the database's clock, not the nodes': a node whose
+// clock runs an hour fast must not see the others' live leases as lapsed
+// and take their shards.
+func TestLeasesIgnoreANodesSkewedClock(t *testing.T) {
+	u := testenv.PostgresSchema(t)
+	a, b := openURL(t, u), openURL(t, u)
+	ctx := t.Context()
+	held := func(s *Store, node string, now time.Time) []int {
+		t.Helper()
+		got, err := s.ShardLeases(ctx, node, leaseTTL, now)
+		if err != nil {
+			t.Fatalf("ShardLeases(%s): %v", node, err)
+		}
+		return got
+	}
+	if got := held(a, "node-a", time.Now()); len(got) != core.NumShards {
+		t.Fatalf("the first node holds %d shards, want all %d", len(got), core.NumShards)
+	}
+	fast := time.Now().Add(time.Hour)
+	if got := held(b, "node-b", fast); len(got) != 0 {
+		t.Fatalf("a node with a fast clock took %d of a live node's shards", len(got))
+	}
+	gave := held(a, "node-a", time.Now()) // gives back above its share
+	got := held(b, "node-b", fast)
+	if len(gave)+len(got) != core.NumShards || len(got) != core.NumShards/2 {
+		t.Fatalf("after the give-back: a holds %d, b %d; want %d each", len(gave), len(got), core.NumShards/2)
+	}
+	for _, s := range got {
+		if slices.Contains(gave, s) {
+			t.Fatalf("shard %d held by both nodes", s)
+		}
 	}
 }

@@ -47,6 +47,9 @@ type Store struct {
 	// onListen, when set (tests), is called each time Listen has a
 	// connection listening, with that connection's backend PID.
 	onListen func(pid uint32)
+	// callerClock (tests) times leases by ShardLeases' now instead of the
+	// database's clock, so a test can step time.
+	callerClock bool
 }
 
 // config parses url for the pool. Defaults hookd relies on are added only
