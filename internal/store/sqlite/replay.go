@@ -91,24 +91,12 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		types, _ := json.Marshal(j.EventTypes)
 		var ids []string
 		if !deleted.Valid {
-			rows, err := tx.QueryContext(ctx, `SELECT id FROM deliveries INDEXED BY deliveries_subscription
+			ids, err = queryStrings(ctx, tx, `SELECT id FROM deliveries INDEXED BY deliveries_subscription
 				WHERE subscription_id = ?1 AND id > ?2 AND state IN ('failed', 'skipped')
 				AND created_at >= ?3 AND (?4 = 0 OR created_at < ?4)
 				AND (json_array_length(?5) = 0 OR event_type IN (SELECT value FROM json_each(?5)))
 				ORDER BY id LIMIT ?6`, j.SubscriptionID, j.Cursor, ns(j.Since), ns(j.Until), string(types), limit)
 			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var d string
-				if err := rows.Scan(&d); err != nil {
-					rows.Close()
-					return err
-				}
-				ids = append(ids, d)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
 				return err
 			}
 		}

@@ -16,24 +16,11 @@ const nsPerDay = int64(24 * time.Hour)
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	var n int
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT e.id FROM events e INDEXED BY events_created
+		ids, err := queryStrings(ctx, tx, `SELECT e.id FROM events e INDEXED BY events_created
 			WHERE e.created_at < ?
 			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
 			ORDER BY e.created_at LIMIT ?`, ns(cutoff), limit)
 		if err != nil {
-			return err
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if n = len(ids); n == 0 {

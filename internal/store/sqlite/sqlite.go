@@ -251,6 +251,24 @@ func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
+// queryStrings runs a query of one text column in tx and returns its rows.
+func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // ns converts a time to stored form: unix nanoseconds, 0 for the zero time.
 func ns(t time.Time) int64 {
 	if t.IsZero() {
