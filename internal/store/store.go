@@ -127,7 +127,9 @@ type Store interface {
 	// attempt row is inserted (a repeat of the same delivery and N is
 	// ignored), and its delivery is updated only if it is still pending and
 	// its attempt_count is below N (a delivery skipped meanwhile stays
-	// skipped; a stale result never winds a delivery back).
+	// skipped; a stale result never winds a delivery back). A result whose
+	// delivery no longer exists (Purge removed it while its attempt ran) is
+	// dropped: failing the batch would fail every other result in it.
 	DeliveryRecordResults(ctx context.Context, rs []AttemptResult) error
 }
 

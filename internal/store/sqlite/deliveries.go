@@ -307,10 +307,14 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 	return st, nil
 }
 
+// insertAttempts drops a result whose delivery retention removed while its
+// attempt ran (its foreign key would fail the whole batch).
 var insertAttempts = newMultiRow(
-	`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response) VALUES`,
+	`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+		SELECT * FROM (VALUES`,
 	`(?, ?, ?, ?, ?, ?, ?)`,
-	`ON CONFLICT (delivery_id, n) DO NOTHING`,
+	`) AS v WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = v.column1)
+		ON CONFLICT (delivery_id, n) DO NOTHING`,
 	7)
 
 // updateResults moves each delivery on from its attempt. A delivery

@@ -88,11 +88,13 @@ func TestResultsRideAndFailAlone(t *testing.T) {
 		t.Fatalf("after riding: %s %s, want delivered pending", state(d1.ID), state(d2.ID))
 	}
 
-	// An attempt of no delivery breaks its batch's foreign key.
-	errc = queueRide(t, s, delivered("dlv_none"))
+	// A state the table's CHECK refuses fails its batch.
+	bad := delivered(d2.ID)
+	bad.State = "bogus"
+	errc = queueRide(t, s, bad)
 	d3 := deliver()
 	if err := <-errc; err == nil {
-		t.Fatal("a result batch of an unknown delivery was accepted")
+		t.Fatal("a result batch with a bad state was accepted")
 	}
 	if state(d3.ID) != core.DeliveryPending {
 		t.Fatalf("the carrying ingest did not commit: %s", state(d3.ID))
