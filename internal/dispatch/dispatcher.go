@@ -632,10 +632,10 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 		d.pump(h, time.Now())
 		return
 	}
-	for i := range jobs {
-		if j := &jobs[i]; !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
+	for _, j := range jobs {
+		if !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
 			l.known[j.Delivery.ID] = true
-			l.backlog = append(l.backlog, j)
+			l.backlog = append(l.backlog, &j) // a copy: one job in flight keeps only itself
 		}
 	}
 	due := next
@@ -919,7 +919,9 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 	for _, id := range strays {
 		n, err := d.cfg.Store.DeliveryRehost(ctx, id)
 		if err != nil {
-			return err
+			// The next resync tries again; the rest of this one stands.
+			d.cfg.Log.Error("moving deliveries written under a host their subscription left", "subscription", id, "err", err)
+			continue
 		}
 		if n > 0 {
 			d.cfg.Log.Info("moved deliveries written under a host their subscription left", "subscription", id, "n", n)

@@ -14,31 +14,34 @@ import (
 const (
 	// Every is how often a pass runs (the first right at start).
 	Every = time.Hour
-	// batch events go per transaction, so a pass never holds the writer long.
+	// batch events are looked at per transaction, so a pass never holds
+	// the writer long, however many old events are kept (pending).
 	batch = 1000
 )
 
 // Purger runs passes until Stop.
 type Purger struct {
-	st    store.Store
-	keep  time.Duration
-	log   *slog.Logger
-	every time.Duration
-	quit  chan struct{}
-	done  chan struct{}
+	st     store.Store
+	keep   time.Duration
+	log    *slog.Logger
+	every  time.Duration
+	ctx    context.Context // cancelled by Stop: a batch in progress ends too
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // Start runs a pass now and every Every after, removing what is older than
 // keep.
 func Start(st store.Store, keep time.Duration, log *slog.Logger) *Purger {
-	p := &Purger{st: st, keep: keep, log: log, every: Every, quit: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Purger{st: st, keep: keep, log: log, every: Every, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go p.loop()
 	return p
 }
 
-// Stop ends the loop, after the batch in progress.
+// Stop ends the loop, cancelling the batch in progress.
 func (p *Purger) Stop() {
-	close(p.quit)
+	p.cancel()
 	<-p.done
 }
 
@@ -50,37 +53,36 @@ func (p *Purger) loop() {
 		p.pass()
 		select {
 		case <-t.C:
-		case <-p.quit:
+		case <-p.ctx.Done():
 			return
 		}
 	}
 }
 
-// pass removes batches until one comes back short. An error ends the pass;
-// the next one tries again.
+// pass walks every event older than the window once, a batch at a time.
+// An error ends the pass; the next one tries again.
 func (p *Purger) pass() {
 	cutoff := time.Now().Add(-p.keep)
-	total := 0
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		n, err := p.st.Purge(ctx, cutoff, batch)
+	var at store.PurgeCursor
+	removed := 0
+	for p.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+		r, err := p.st.Purge(ctx, cutoff, at, batch)
 		cancel()
-		total += n
 		if err != nil {
-			p.log.Error("retention: removing old events", "err", err, "removed", total)
+			if p.ctx.Err() == nil {
+				p.log.Error("retention: removing old events", "err", err, "removed", removed)
+			}
 			return
 		}
-		if n < batch {
+		removed += r.Removed
+		if r.Looked < batch {
 			break
 		}
-		select {
-		case <-p.quit:
-			return
-		default:
-		}
+		at = r.Next
 	}
-	if total > 0 {
+	if removed > 0 {
 		p.log.Info("retention: removed old events with their deliveries and attempts",
-			"events", total, "older_than", cutoff.UTC().Format(time.RFC3339))
+			"events", removed, "older_than", cutoff.UTC().Format(time.RFC3339))
 	}
 }

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -18,18 +19,36 @@ type fakeStore struct {
 	mu      sync.Mutex
 	answers []int
 	cutoffs []time.Time
+	next    string
+	pass    bool // the next call continues a pass
 }
 
-func (f *fakeStore) Purge(_ context.Context, cutoff time.Time, limit int) (int, error) {
+// Purge looks at answers[0] events (removing one in two) and goes on from
+// a cursor named after the call's number; it checks it gets back the cursor
+// it gave.
+func (f *fakeStore) Purge(_ context.Context, cutoff time.Time, after store.PurgeCursor, limit int) (store.PurgeResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cutoffs = append(f.cutoffs, cutoff)
-	if len(f.answers) == 0 {
-		return 0, nil
+	if want := f.cursor(); after != want {
+		return store.PurgeResult{}, fmt.Errorf("call %d went on from %+v, want %+v", len(f.cutoffs), after, want)
 	}
-	n := min(f.answers[0], limit)
-	f.answers = f.answers[1:]
-	return n, nil
+	f.cutoffs = append(f.cutoffs, cutoff)
+	n := 0
+	if len(f.answers) > 0 {
+		n = min(f.answers[0], limit)
+		f.answers = f.answers[1:]
+	}
+	f.next = fmt.Sprint("evt_", len(f.cutoffs))
+	f.pass = n == limit
+	return store.PurgeResult{Removed: n / 2, Looked: n, Next: store.PurgeCursor{EventID: f.next}}, nil
+}
+
+// cursor is what the next call should get: the last one's, within a pass.
+func (f *fakeStore) cursor() store.PurgeCursor {
+	if f.pass {
+		return store.PurgeCursor{EventID: f.next}
+	}
+	return store.PurgeCursor{}
 }
 
 func (f *fakeStore) calls() []time.Time {
@@ -38,8 +57,9 @@ func (f *fakeStore) calls() []time.Time {
 	return append([]time.Time(nil), f.cutoffs...)
 }
 
-// A pass repeats full batches until a short one, with the cutoff the
-// retention window before the pass; the next pass comes an hour later.
+// A pass goes on from each batch's cursor while batches come back full,
+// with the cutoff the retention window before the pass; the next pass
+// starts over an hour later.
 func TestPassesRemoveBatchesUntilShortHourly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{answers: []int{batch, batch, 3}}

@@ -97,13 +97,14 @@ type Store interface {
 	// before cutoff, with reason as last_error and no attempt: their retry
 	// window is spent while the endpoint could not be tried. Returns how many.
 	DeliveryExpire(ctx context.Context, subscriptionID string, cutoff, now time.Time, reason string) (int, error)
-	// Purge removes up to limit events created before cutoff, oldest first,
-	// with their deliveries and attempts, skipping any event with a pending
-	// delivery: pending work is never dropped, however old. First it adds
-	// those deliveries to the daily counts. It returns how many events it
-	// removed; fewer than limit means none is left to remove. Several
+	// Purge looks at up to limit events created before cutoff, after the
+	// cursor in (created_at, id) order, and removes those none of whose
+	// deliveries is pending (pending work is never dropped, however old),
+	// with their deliveries and attempts, first adding those deliveries to
+	// the daily counts. Looking at limit events, rather than removing limit,
+	// bounds each call's work however many old events are kept. Several
 	// callers at once (nodes sharing a database) never count a row twice.
-	Purge(ctx context.Context, cutoff time.Time, limit int) (int, error)
+	Purge(ctx context.Context, cutoff time.Time, after PurgeCursor, limit int) (PurgeResult, error)
 	// DailyCounts returns a subscription's daily counts, oldest day first.
 	DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error)
 	// ReplayJobCreate inserts a job (Done false, Replayed 0, Cursor "").
@@ -234,6 +235,20 @@ type Notifier interface {
 	// and after every reconnect) it calls fn with DueResumed: the caller
 	// then catches up by reading the store.
 	Listen(ctx context.Context, fn func(Due)) error
+}
+
+// PurgeCursor is where a Purge stopped: the last event it looked at. The
+// zero value starts at the oldest.
+type PurgeCursor struct {
+	CreatedAt time.Time
+	EventID   string
+}
+
+// PurgeResult is what one Purge did.
+type PurgeResult struct {
+	Removed int         // events removed
+	Looked  int         // events looked at: fewer than the limit means none is left
+	Next    PurgeCursor // where the next call goes on
 }
 
 // Due is one notification: by default, that a subscription has deliveries

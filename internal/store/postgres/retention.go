@@ -9,37 +9,44 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 // Purge claims its events with SKIP LOCKED, so nodes purging at once take
-// disjoint batches, then locks their deliveries: a replay that made one
+// disjoint ones, then locks their deliveries: a replay that made one
 // pending meanwhile is seen, and that event is left alone.
-func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) (int, error) {
-	var n int
+func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCursor, limit int) (store.PurgeResult, error) {
+	var res store.PurgeResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, `SELECT e.id FROM events e
-			WHERE e.created_at < $1
-			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
-			ORDER BY e.created_at LIMIT $2 FOR UPDATE SKIP LOCKED`, cutoff, limit)
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
+		res = store.PurgeResult{Next: after}
+		rows, _ := tx.Query(ctx, `SELECT e.id, e.created_at FROM events e
+			WHERE e.created_at < $1 AND (e.created_at, e.id) > ($2, $3)
+			ORDER BY e.created_at, e.id LIMIT $4 FOR UPDATE SKIP LOCKED`, cutoff, after.CreatedAt, after.EventID, limit)
+		var ids []string
+		var id string
+		var created time.Time
+		if _, err := pgx.ForEachRow(rows, []any{&id, &created}, func() error {
+			ids = append(ids, id)
+			res.Next = store.PurgeCursor{CreatedAt: created, EventID: id}
+			return nil
+		}); err != nil || len(ids) == 0 {
 			return err
 		}
+		res.Looked = len(ids)
 		// Locked, the states read are the latest: a replay waits for us.
 		busy := map[string]bool{}
-		var eid string
 		var state string
 		rows, _ = tx.Query(ctx, `SELECT event_id, state FROM deliveries WHERE event_id = ANY($1) FOR UPDATE`, ids)
-		if _, err := pgx.ForEachRow(rows, []any{&eid, &state}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
 			if state == "pending" {
-				busy[eid] = true
+				busy[id] = true
 			}
 			return nil
 		}); err != nil {
 			return err
 		}
 		ids = slices.DeleteFunc(ids, func(id string) bool { return busy[id] })
-		if n = len(ids); n == 0 {
+		if res.Removed = len(ids); res.Removed == 0 {
 			return nil
 		}
 		b := &pgx.Batch{}
@@ -60,9 +67,9 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) (int, er
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return 0, mapErr(err)
+		return store.PurgeResult{}, mapErr(err)
 	}
-	return n, nil
+	return res, nil
 }
 
 func (s *Store) DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error) {

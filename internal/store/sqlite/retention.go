@@ -7,23 +7,45 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 const nsPerDay = int64(24 * time.Hour)
 
 // Purge runs on the one writer, so nothing changes a delivery between the
 // choice of events and their removal.
-func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) (int, error) {
-	var n int
+func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCursor, limit int) (store.PurgeResult, error) {
+	var res store.PurgeResult
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		ids, err := queryStrings(ctx, tx, `SELECT e.id FROM events e INDEXED BY events_created
-			WHERE e.created_at < ?
-			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
-			ORDER BY e.created_at LIMIT ?`, ns(cutoff), limit)
+		res = store.PurgeResult{Next: after}
+		rows, err := tx.QueryContext(ctx, `SELECT e.id, e.created_at,
+				NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
+			FROM events e INDEXED BY events_created
+			WHERE e.created_at < ?1 AND e.created_at >= ?2 AND (e.created_at > ?2 OR e.id > ?3)
+			ORDER BY e.created_at, e.id LIMIT ?4`, ns(cutoff), ns(after.CreatedAt), after.EventID, limit)
 		if err != nil {
 			return err
 		}
-		if n = len(ids); n == 0 {
+		defer rows.Close()
+		var ids []string
+		for rows.Next() {
+			var id string
+			var created int64
+			var done bool
+			if err := rows.Scan(&id, &created, &done); err != nil {
+				return err
+			}
+			res.Looked++
+			res.Next = store.PurgeCursor{CreatedAt: tm(created), EventID: id}
+			if done {
+				ids = append(ids, id)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		if res.Removed = len(ids); res.Removed == 0 {
 			return nil
 		}
 		batch, _ := json.Marshal(ids)
@@ -48,9 +70,9 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) (int, er
 		return nil
 	})
 	if err != nil {
-		return 0, mapErr(err)
+		return store.PurgeResult{}, mapErr(err)
 	}
-	return n, nil
+	return res, nil
 }
 
 func (s *Store) DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error) {

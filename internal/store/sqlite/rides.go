@@ -16,6 +16,10 @@ import (
 // variable for tests.)
 var rideWait = 10 * time.Millisecond
 
+// rideTimeout bounds the riders' part of a transaction, which runs on a
+// context of its own rather than the carrier's.
+const rideTimeout = 30 * time.Second
+
 // riders holds the result batches waiting to ride.
 type riders struct {
 	mu        sync.Mutex

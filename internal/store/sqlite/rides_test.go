@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -112,6 +113,26 @@ func TestResultsRideAndFailAlone(t *testing.T) {
 	}
 	if state(d2.ID) != core.DeliveryDelivered {
 		t.Fatalf("results carried by a failed ingest were lost: %s", state(d2.ID))
+	}
+}
+
+// A carrier whose caller went away fails alone: its riders are written on
+// a context of their own.
+func TestResultsOutliveACancelledCarrier(t *testing.T) {
+	s, deliver := rideFixture(t)
+	d := deliver()
+	errc := queueRide(t, s, delivered(d.ID))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	sub := core.Subscription{ID: d.SubscriptionID, TenantID: core.DefaultTenant, Host: d.Host}
+	if _, err := s.EventInsertBatch(ctx, []store.EventInsert{insertFor(sub, time.Now().UTC())}); err == nil {
+		t.Fatal("an ingest with a cancelled context committed")
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("results carried by a cancelled carrier: %v", err)
+	}
+	if got, _, err := s.DeliveryGet(t.Context(), "", d.ID); err != nil || got.State != core.DeliveryDelivered {
+		t.Fatalf("state %s, %v; want delivered", got.State, err)
 	}
 }
 

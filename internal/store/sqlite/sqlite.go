@@ -211,10 +211,17 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		}
 		return s.tx(ctx, fn)
 	}
+	// The riders' work is not the carrier's: a carrier whose caller went
+	// away must not fail them, nor they it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rideTimeout)
+	defer cancel()
+	if fn == nil {
+		ctx = rctx
+	}
 	var rideErr error
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		for _, r := range rs {
-			if rideErr = s.recordResults(ctx, tx, r.rs); rideErr != nil {
+			if rideErr = s.recordResults(rctx, tx, r.rs); rideErr != nil {
 				return rideErr
 			}
 		}
@@ -230,7 +237,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	// Keep them apart: each result batch alone, then fn again if it was
 	// the results that failed.
 	for _, r := range rs {
-		done([]*ride{r}, s.tx(ctx, func(tx *sql.Tx) error { return s.recordResults(ctx, tx, r.rs) }))
+		done([]*ride{r}, s.tx(rctx, func(tx *sql.Tx) error { return s.recordResults(rctx, tx, r.rs) }))
 	}
 	if fn != nil && rideErr != nil {
 		return s.tx(ctx, fn)

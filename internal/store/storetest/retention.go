@@ -50,19 +50,21 @@ func testPurge(t *testing.T, s store.Store) {
 	f.record(recent.Deliveries[0], 1, 200, core.DeliveryDelivered, time.Time{})
 
 	cutoff := t0.Add(time.Minute)
-	n, err := s.Purge(f.ctx, cutoff, 2)
-	noErr(t, "Purge", err)
-	if n != 2 {
-		t.Fatalf("Purge with limit 2 removed %d events, want 2", n)
+	purge := func(after store.PurgeCursor, limit int, want store.PurgeResult) store.PurgeResult {
+		t.Helper()
+		got, err := s.Purge(f.ctx, cutoff, after, limit)
+		noErr(t, "Purge", err)
+		same(t, "Purge", got, want)
+		return got
 	}
-	n, err = s.Purge(f.ctx, cutoff, 10)
-	noErr(t, "Purge", err)
-	if n != 1 {
-		t.Fatalf("second Purge removed %d events, want 1 (the pending one's event stays)", n)
-	}
-	if n, err = s.Purge(f.ctx, cutoff, 10); err != nil || n != 0 {
-		t.Fatalf("third Purge: %d, %v; want 0, nil", n, err)
-	}
+	// Oldest first, limit events looked at per call, then on from the cursor.
+	r := purge(store.PurgeCursor{}, 2, store.PurgeResult{Removed: 2, Looked: 2,
+		Next: store.PurgeCursor{CreatedAt: t0, EventID: done.EventID}})
+	purge(r.Next, 10, store.PurgeResult{Removed: 1, Looked: 2, // the pending one's event stays
+		Next: store.PurgeCursor{CreatedAt: t0.Add(2 * time.Second), EventID: waiting.EventID}})
+	// A new pass looks at what stayed and removes nothing.
+	purge(store.PurgeCursor{}, 10, store.PurgeResult{Looked: 1,
+		Next: store.PurgeCursor{CreatedAt: t0.Add(2 * time.Second), EventID: waiting.EventID}})
 
 	for _, gone := range []store.EventInsertResult{done, earlier, skippedEv} {
 		_, _, err := s.EventGet(f.ctx, "", gone.EventID)
@@ -104,8 +106,8 @@ func testPurge(t *testing.T, s store.Store) {
 	// Counts add up across purges of the same day.
 	more := old(t0.Add(3*time.Second), s1)
 	f.record(more.Deliveries[0], 1, 200, core.DeliveryDelivered, time.Time{})
-	if n, err := s.Purge(f.ctx, cutoff, 10); err != nil || n != 1 {
-		t.Fatalf("Purge of one more: %d, %v; want 1, nil", n, err)
+	if r, err := s.Purge(f.ctx, cutoff, store.PurgeCursor{}, 10); err != nil || r.Removed != 1 {
+		t.Fatalf("Purge of one more: %+v, %v; want 1 removed", r, err)
 	}
 	if c := counts(s1); len(c) != 2 || c[1].Delivered != 3 || c[1].Attempts != 4 {
 		t.Fatalf("s1's counts after another purge of the same day: %+v", c)
@@ -143,17 +145,19 @@ func testPurgeConcurrent(t *testing.T, s store.Store) {
 	for range 4 {
 		go func() {
 			total := 0
+			var at store.PurgeCursor
 			for {
-				n, err := s.Purge(f.ctx, t0.Add(time.Second), 7)
+				r, err := s.Purge(f.ctx, t0.Add(time.Second), at, 7)
 				if err != nil {
 					errs <- err
 					return
 				}
-				total += n
-				if n == 0 {
+				total += r.Removed
+				if r.Looked < 7 {
 					removed <- total
 					return
 				}
+				at = r.Next
 			}
 		}()
 	}
