@@ -382,3 +382,51 @@ func TestDeliveriesWrittenUnderAStaleHostAreMovedAndSent(t *testing.T) {
 		return d["state"] == "delivered"
 	})
 }
+
+// A node joining while another has attempts in flight on shards it gives
+// back: the giver hands those shards over only once the attempts are done
+// and recorded, so the joiner sends none of them again.
+func TestAJoiningNodeSendsNothingTwice(t *testing.T) {
+	t.Parallel()
+	db := testenv.PostgresSchema(t)
+	a := startNode(t, db, "node-a")
+	waitSplit(t, db, a)
+	// A host on a shard node-a will give back (the upper half), whose
+	// endpoint holds every request until released.
+	var rc *testenv.Receiver
+	for rc == nil || core.ShardOf(hostOf(rc)) < core.NumShards/2 {
+		rc = testenv.NewReceiver(t)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the receiver's Close, which waits for its handlers
+	rc.Respond = func(_ int, w http.ResponseWriter, _ *http.Request) {
+		<-release
+		w.WriteHeader(http.StatusOK)
+	}
+	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
+	waitKnown(t, sub, present, a)
+	for i := range 5 {
+		a.post(a.admin, "a.b", map[string]any{"i": i})
+	}
+	testenv.Eventually(t, 10*time.Second, "five attempts in flight", func() bool { return rc.Count() == 5 })
+
+	b := startNode(t, db, "node-b")
+	shard := core.ShardOf(hostOf(rc))
+	testenv.Eventually(t, 10*time.Second, "node-a gives back the upper half but the busy shard", func() bool {
+		return len(b.app.dispatch.Shards()) == core.NumShards/2-1
+	})
+	if b.app.dispatch.OwnsShard(shard) {
+		t.Fatal("node-b took a shard with attempts in flight on node-a")
+	}
+	free()
+	waitSplit(t, db, a, b)
+	testenv.Eventually(t, 10*time.Second, "every result written", func() bool {
+		return testenv.PostgresCount(t, db, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`) == 0
+	})
+	waitIdle(t, a, b)
+	if n := rc.Count(); n != 5 {
+		t.Fatalf("the endpoint got %d requests for 5 events", n)
+	}
+}

@@ -83,6 +83,7 @@ type Dispatcher struct {
 	leaser    store.Leaser
 	owned     [core.NumShards]bool
 	heldUntil time.Time
+	leaving   map[int]time.Time // shards given back, not yet handed over: since when
 	rebalance chan struct{}
 	leaseQuit chan struct{}
 	leaseDone chan struct{} // nil until the lease loop runs

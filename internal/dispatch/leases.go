@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"slices"
 	"time"
 
 	"hookd/internal/core"
@@ -96,7 +97,7 @@ func (d *Dispatcher) disown(h *host) {
 	for _, l := range h.lanes {
 		d.drop(l)
 		l.storeDue = time.Time{}
-		busy = busy || l.refilling
+		busy = busy || l.refilling || len(l.known) > 0 // in flight or its result not yet written
 	}
 	if !busy && d.hosts[h.name] == h {
 		delete(d.hosts, h.name)
@@ -126,8 +127,13 @@ func (d *Dispatcher) renew(ctx context.Context) ([]int, error) {
 		switch {
 		case next[s] && !d.owned[s]:
 			gained = append(gained, s)
+			delete(d.leaving, s)
 		case !next[s] && d.owned[s]:
 			lost++
+			if d.leaving == nil {
+				d.leaving = map[int]time.Time{}
+			}
+			d.leaving[s] = now
 		}
 	}
 	at := time.Now()
@@ -147,17 +153,90 @@ func (d *Dispatcher) renew(ctx context.Context) ([]int, error) {
 	return gained, nil
 }
 
+// maxDrain bounds how long a shard given back waits for its attempts in
+// flight: the longest send timeout, and time to write the results.
+const maxDrain = core.MaxTimeout + 15*time.Second
+
+// drainCheck is how often shards given back are checked for hand-over.
+const drainCheck = 50 * time.Millisecond
+
+// handOver hands over the shards given back that have nothing left in
+// flight or unrecorded (or waited maxDrain): until then no other node may
+// take them, so nothing this node sent is sent again by the taker.
+func (d *Dispatcher) handOver(ctx context.Context) {
+	d.mu.Lock()
+	now := time.Now()
+	busy := map[int]bool{}
+	for _, h := range d.hosts {
+		if _, ok := d.leaving[h.shard]; ok && d.busy(h) {
+			busy[h.shard] = true
+		}
+	}
+	var ready []int
+	for s, since := range d.leaving {
+		if !busy[s] || now.Sub(since) > maxDrain {
+			ready = append(ready, s)
+		}
+	}
+	d.mu.Unlock()
+	if len(ready) == 0 {
+		return
+	}
+	slices.Sort(ready)
+	if err := d.leaser.ShardHandOver(ctx, d.cfg.Node, ready); err != nil {
+		d.cfg.Log.Error("handing shards over", "node", d.cfg.Node, "err", err)
+		return
+	}
+	d.mu.Lock()
+	for _, s := range ready {
+		delete(d.leaving, s)
+	}
+	d.mu.Unlock()
+}
+
+// drainTimer fires after drainCheck while shards wait to be handed over.
+func (d *Dispatcher) drainTimer() <-chan time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.leaving) == 0 {
+		return nil
+	}
+	return time.After(drainCheck)
+}
+
+// busy: something of h is in flight, being fetched or awaiting its result
+// write. Called with d.mu held.
+func (d *Dispatcher) busy(h *host) bool {
+	if h.inflight > 0 {
+		return true
+	}
+	for _, l := range h.lanes {
+		if l.refilling || len(l.known) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // leaseLoop renews every LeaseTTL/3 (sooner after a failure, or when asked
-// to rebalance) and resyncs the shards it gains at once, until Stop.
+// to rebalance), resyncs the shards it gains at once and hands over those
+// it gave back once drained, until Stop.
 func (d *Dispatcher) leaseLoop() {
 	defer close(d.leaseDone)
 	every := d.cfg.LeaseTTL / 3
 	t := time.NewTimer(every)
 	defer t.Stop()
+	var drain <-chan time.Time // armed while shards wait to be handed over
 	for {
 		select {
 		case <-d.leaseQuit:
 			return
+		case <-drain:
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			d.handOver(ctx)
+			cancel()
+			drain = d.drainTimer()
+			continue
 		case <-t.C:
 		case <-d.rebalance:
 		}
@@ -170,12 +249,16 @@ func (d *Dispatcher) leaseLoop() {
 			d.mu.Unlock()
 			d.cfg.Log.Error("renewing shard leases", "node", d.cfg.Node, "err", err, "sends_stop_at", stopAt)
 			wait = min(every, time.Second)
-		} else if len(gained) > 0 {
-			if err := d.resyncShards(ctx, gained); err != nil {
-				d.cfg.Log.Error("resync of gained shards", "err", err)
+		} else {
+			if len(gained) > 0 {
+				if err := d.resyncShards(ctx, gained); err != nil {
+					d.cfg.Log.Error("resync of gained shards", "err", err)
+				}
 			}
+			d.handOver(ctx)
 		}
 		cancel()
+		drain = d.drainTimer()
 		t.Reset(wait)
 	}
 }

@@ -20,12 +20,13 @@ import (
 // records what the dispatcher asks of it.
 type leasing struct {
 	store.Store
-	mu       sync.Mutex
-	shards   []int
-	failing  func(now time.Time) bool // nil: never
-	leased   []time.Time              // the now of each successful ShardLeases
-	asked    [][]int                  // DeliveryPendingSubscriptions' shards, per call
-	released []string
+	mu         sync.Mutex
+	shards     []int
+	failing    func(now time.Time) bool // nil: never
+	leased     []time.Time              // the now of each successful ShardLeases
+	asked      [][]int                  // DeliveryPendingSubscriptions' shards, per call
+	released   []string
+	handedOver []int
 }
 
 func (l *leasing) ShardLeases(_ context.Context, node string, ttl time.Duration, now time.Time) ([]int, error) {
@@ -36,6 +37,13 @@ func (l *leasing) ShardLeases(_ context.Context, node string, ttl time.Duration,
 	}
 	l.leased = append(l.leased, now)
 	return slices.Clone(l.shards), nil
+}
+
+func (l *leasing) ShardHandOver(_ context.Context, node string, shards []int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.handedOver = append(l.handedOver, shards...)
+	return nil
 }
 
 func (l *leasing) ShardRelease(_ context.Context, node string) error {

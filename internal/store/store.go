@@ -205,12 +205,19 @@ type Leaser interface {
 	// renews the node's leases to now+ttl, gives back any shards above its
 	// fair share (NumShards over the live nodes, rounded up) so that a node
 	// that joins gets work, and takes free or lapsed shards up to that share.
+	// A shard given back is left, not freed: it drops out of the answer at
+	// once but stays the node's (renewed) until ShardHandOver, so nothing
+	// the node still has in flight on it is sent again by the taker. Below
+	// its share, a node takes back shards it is leaving first.
 	// It returns the shards node holds afterwards, ascending, all of which
 	// are held until now+ttl. A backend may time leases by its own clock
 	// rather than now (PostgreSQL does, so nodes whose clocks disagree still
 	// agree on which leases are live); callers guard their sends with
 	// durations measured from before the call, which hold either way.
 	ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error)
+	// ShardHandOver frees the given shards node is leaving (others are left
+	// alone), so the other nodes can take them at once.
+	ShardHandOver(ctx context.Context, node string, shards []int) error
 	// ShardRelease gives back every lease node holds and forgets the node, so
 	// the others can take its shards at once (graceful shutdown).
 	ShardRelease(ctx context.Context, node string) error

@@ -63,8 +63,9 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 			id   string
 			held int
 		}
+		// Shards a node is leaving count as given back already.
 		rows, _ := tx.Query(ctx, `SELECT n.id, count(l.shard) FROM nodes n
-			LEFT JOIN shard_leases l ON l.node = n.id AND l.expires_at > $1
+			LEFT JOIN shard_leases l ON l.node = n.id AND l.expires_at > $1 AND NOT l.leaving
 			WHERE n.alive_until > $1 GROUP BY n.id`, now)
 		nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (live, error) {
 			var l live
@@ -86,20 +87,30 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 		}
 		switch {
 		case mine > share:
-			// Give back the highest shards above the share: a joining
-			// node takes them on its next call.
-			_, err = tx.Exec(ctx, `UPDATE shard_leases SET node = NULL, expires_at = NULL
-				WHERE shard IN (SELECT shard FROM shard_leases WHERE node = $1 ORDER BY shard DESC LIMIT $2)`,
+			// Give back the highest shards above the share: they leave
+			// this node's answer now, and go to a joining node once
+			// ShardHandOver says nothing of them is in flight.
+			_, err = tx.Exec(ctx, `UPDATE shard_leases SET leaving = true
+				WHERE shard IN (SELECT shard FROM shard_leases WHERE node = $1 AND NOT leaving
+					ORDER BY shard DESC LIMIT $2)`,
 				node, mine-share)
 			tell = true
 		case mine < share:
-			// SKIP LOCKED: a row another transaction is changing is not
-			// free for us, whatever that transaction does with it.
-			_, err = tx.Exec(ctx, `UPDATE shard_leases SET node = $1, expires_at = $2
-				WHERE shard IN (SELECT shard FROM shard_leases
-					WHERE shard < $3 AND (node IS NULL OR expires_at <= $4)
-					ORDER BY shard LIMIT $5 FOR UPDATE SKIP LOCKED)`,
-				node, until, core.NumShards, now, share-mine)
+			// Shards this node is still leaving come back first, then
+			// free or lapsed ones. SKIP LOCKED: a row another transaction
+			// is changing is not free for us, whatever it does with it.
+			var back int64
+			tag, err2 := tx.Exec(ctx, `UPDATE shard_leases SET leaving = false
+				WHERE shard IN (SELECT shard FROM shard_leases WHERE node = $1 AND leaving
+					ORDER BY shard LIMIT $2)`, node, share-mine)
+			if err = err2; err == nil {
+				back = tag.RowsAffected()
+				_, err = tx.Exec(ctx, `UPDATE shard_leases SET node = $1, expires_at = $2, leaving = false
+					WHERE shard IN (SELECT shard FROM shard_leases
+						WHERE shard < $3 AND (node IS NULL OR expires_at <= $4)
+						ORDER BY shard LIMIT $5 FOR UPDATE SKIP LOCKED)`,
+					node, until, core.NumShards, now, share-mine-int(back))
+			}
 		}
 		if err == nil && tell {
 			err = s.notify(ctx, tx, store.Due{Kind: store.DueLeases})
@@ -107,7 +118,7 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 		if err != nil {
 			return err
 		}
-		rows, _ = tx.Query(ctx, `SELECT shard FROM shard_leases WHERE node = $1 ORDER BY shard`, node)
+		rows, _ = tx.Query(ctx, `SELECT shard FROM shard_leases WHERE node = $1 AND NOT leaving ORDER BY shard`, node)
 		held, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		return err
 	})
@@ -117,13 +128,25 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 	return held, nil
 }
 
+// ShardHandOver frees shards node is leaving, and tells the others.
+func (s *Store) ShardHandOver(ctx context.Context, node string, shards []int) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(leaseLockSQL)
+		b.Queue(`UPDATE shard_leases SET node = NULL, expires_at = NULL, leaving = false
+			WHERE node = $1 AND leaving AND shard = ANY($2)`, node, shards)
+		s.queueNotify(b, []store.Due{{Kind: store.DueLeases}})
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
 // ShardRelease frees node's shards and forgets the node, and tells the
 // others, whose next calls (at once, on the notification) share its shards out.
 func (s *Store) ShardRelease(ctx context.Context, node string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(leaseLockSQL)
-		b.Queue(`UPDATE shard_leases SET node = NULL, expires_at = NULL WHERE node = $1`, node)
+		b.Queue(`UPDATE shard_leases SET node = NULL, expires_at = NULL, leaving = false WHERE node = $1`, node)
 		b.Queue(`DELETE FROM nodes WHERE id = $1`, node)
 		s.queueNotify(b, []store.Due{{Kind: store.DueLeases}})
 		return tx.SendBatch(ctx, b).Close()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"hookd/internal/core"
 	"hookd/internal/testenv"
 )
@@ -32,7 +34,16 @@ func newCluster(t *testing.T, names ...string) *cluster {
 	return c
 }
 
+// lease renews node's leases, and hands over at once what it gave back, as
+// a node with nothing in flight does.
 func (c *cluster) lease(node string, now time.Time) []int {
+	c.t.Helper()
+	got := c.renew(node, now)
+	c.handOverLeft(node)
+	return got
+}
+
+func (c *cluster) renew(node string, now time.Time) []int {
 	c.t.Helper()
 	got, err := c.nodes[node].ShardLeases(c.t.Context(), node, leaseTTL, now)
 	if err != nil {
@@ -45,6 +56,27 @@ func (c *cluster) lease(node string, now time.Time) []int {
 	c.last[node] = got
 	c.mu.Unlock()
 	return got
+}
+
+// handOverLeft hands over every shard node is leaving.
+func (c *cluster) handOverLeft(node string) {
+	c.t.Helper()
+	left := c.leaving(node)
+	if err := c.nodes[node].ShardHandOver(c.t.Context(), node, left); err != nil {
+		c.t.Fatalf("ShardHandOver(%s): %v", node, err)
+	}
+}
+
+// leaving lists the shards the table says node is leaving.
+func (c *cluster) leaving(node string) []int {
+	c.t.Helper()
+	rows, _ := c.nodes[node].pool.Query(c.t.Context(), `SELECT shard FROM shard_leases
+		WHERE node = $1 AND leaving ORDER BY shard`, node)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return left
 }
 
 // round has each named node renew in turn at now, checking after every call.
@@ -76,7 +108,8 @@ func (c *cluster) check(now time.Time) {
 		any = s
 		break
 	}
-	rows, err := any.pool.Query(c.t.Context(), `SELECT shard, node FROM shard_leases WHERE node IS NOT NULL AND expires_at > $1`, now)
+	rows, err := any.pool.Query(c.t.Context(), `SELECT shard, node FROM shard_leases
+		WHERE node IS NOT NULL AND NOT leaving AND expires_at > $1`, now)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -203,6 +236,10 @@ func TestShardLeasesConcurrent(t *testing.T) {
 						errs <- fmt.Errorf("round %d %s: %w", r, n, err)
 						return
 					}
+					if err := c.nodes[n].ShardHandOver(t.Context(), n, allShards()); err != nil {
+						errs <- fmt.Errorf("round %d %s: hand-over: %w", r, n, err)
+						return
+					}
 					c.mu.Lock()
 					c.last[n] = got
 					c.mu.Unlock()
@@ -244,6 +281,9 @@ func TestLeasesIgnoreANodesSkewedClock(t *testing.T) {
 		t.Fatalf("a node with a fast clock took %d of a live node's shards", len(got))
 	}
 	gave := held(a, "node-a", time.Now()) // gives back above its share
+	if err := a.ShardHandOver(ctx, "node-a", allShards()); err != nil {
+		t.Fatal(err)
+	}
 	got := held(b, "node-b", fast)
 	if len(gave)+len(got) != core.NumShards || len(got) != core.NumShards/2 {
 		t.Fatalf("after the give-back: a holds %d, b %d; want %d each", len(gave), len(got), core.NumShards/2)
@@ -253,4 +293,54 @@ func TestLeasesIgnoreANodesSkewedClock(t *testing.T) {
 			t.Fatalf("shard %d held by both nodes", s)
 		}
 	}
+}
+
+func allShards() []int {
+	all := make([]int, core.NumShards)
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
+// Shards given back stay the giver's, out of its answer, until it hands
+// them over: a joining node cannot take them while the giver may still
+// have attempts in flight on them. Handed over, they go at once; and a
+// giver whose share grows again takes back its own first.
+func TestGivenBackShardsWaitForTheHandOver(t *testing.T) {
+	c := newCluster(t, "node-a", "node-b")
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	c.renew("node-a", now)
+	if got := c.renew("node-b", now); len(got) != 0 {
+		t.Fatalf("node-b took %d shards of a live node", len(got))
+	}
+	half := core.NumShards / 2
+	if got := c.renew("node-a", now); len(got) != half {
+		t.Fatalf("node-a answers %d shards after giving back, want %d", len(got), half)
+	}
+	if left := c.leaving("node-a"); len(left) != half {
+		t.Fatalf("node-a is leaving %d shards, want %d", len(left), half)
+	}
+	if got := c.renew("node-b", now); len(got) != 0 {
+		t.Fatalf("node-b took %d shards node-a had not handed over", len(got))
+	}
+	c.check(now)
+	// Handing over one shard frees that one only.
+	left := c.leaving("node-a")
+	if err := c.nodes["node-a"].ShardHandOver(t.Context(), "node-a", left[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.renew("node-b", now); !slices.Equal(got, left[:1]) {
+		t.Fatalf("node-b holds %v after one hand-over, want %v", got, left[:1])
+	}
+	// node-b goes silent; once it lapses node-a's share is all again, and
+	// it takes back what it was leaving before anything else.
+	later := now.Add(2 * leaseTTL)
+	delete(c.last, "node-b")
+	got := c.renew("node-a", later)
+	if len(got) != core.NumShards || len(c.leaving("node-a")) != 0 {
+		t.Fatalf("node-a holds %d and leaves %d after node-b lapsed, want all and none",
+			len(got), len(c.leaving("node-a")))
+	}
+	c.check(later)
 }
