@@ -84,6 +84,7 @@ type Dispatcher struct {
 	owned     [core.NumShards]bool
 	heldUntil time.Time
 	leaving   map[int]time.Time // shards given back, not yet handed over: since when
+	handAfter time.Time         // after a failed hand-over, the next try
 	rebalance chan struct{}
 	leaseQuit chan struct{}
 	leaseDone chan struct{} // nil until the lease loop runs

@@ -109,7 +109,7 @@ func (d *Dispatcher) disown(h *host) {
 // start again. It returns the shards gained.
 func (d *Dispatcher) renew(ctx context.Context) ([]int, error) {
 	now := time.Now()
-	shards, err := d.leaser.ShardLeases(ctx, d.cfg.Node, d.cfg.LeaseTTL, now)
+	shards, leaving, err := d.leaser.ShardLeases(ctx, d.cfg.Node, d.cfg.LeaseTTL, now)
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +127,18 @@ func (d *Dispatcher) renew(ctx context.Context) ([]int, error) {
 		switch {
 		case next[s] && !d.owned[s]:
 			gained = append(gained, s)
-			delete(d.leaving, s)
 		case !next[s] && d.owned[s]:
 			lost++
-			if d.leaving == nil {
-				d.leaving = map[int]time.Time{}
-			}
+		}
+	}
+	// What the store says this node is leaving is what it must hand over,
+	// whether or not it knew (a restart under the same name, a lost reply).
+	was := d.leaving
+	d.leaving = make(map[int]time.Time, len(leaving))
+	for _, s := range leaving {
+		if since, ok := was[s]; ok {
+			d.leaving[s] = since
+		} else {
 			d.leaving[s] = now
 		}
 	}
@@ -166,6 +172,10 @@ const drainCheck = 50 * time.Millisecond
 func (d *Dispatcher) handOver(ctx context.Context) {
 	d.mu.Lock()
 	now := time.Now()
+	if now.Before(d.handAfter) {
+		d.mu.Unlock()
+		return
+	}
 	busy := map[int]bool{}
 	for _, h := range d.hosts {
 		if _, ok := d.leaving[h.shard]; ok && d.busy(h) {
@@ -184,7 +194,10 @@ func (d *Dispatcher) handOver(ctx context.Context) {
 	}
 	slices.Sort(ready)
 	if err := d.leaser.ShardHandOver(ctx, d.cfg.Node, ready); err != nil {
-		d.cfg.Log.Error("handing shards over", "node", d.cfg.Node, "err", err)
+		d.cfg.Log.Error("handing shards over; will retry", "node", d.cfg.Node, "err", err)
+		d.mu.Lock()
+		d.handAfter = time.Now().Add(time.Second) // not every 50 ms while the database is away
+		d.mu.Unlock()
 		return
 	}
 	d.mu.Lock()

@@ -26,24 +26,32 @@ type leasing struct {
 	leased     []time.Time              // the now of each successful ShardLeases
 	asked      [][]int                  // DeliveryPendingSubscriptions' shards, per call
 	released   []string
+	leaving    []int // answered as leaving until handed over
 	handedOver []int
 }
 
-func (l *leasing) ShardLeases(_ context.Context, node string, ttl time.Duration, now time.Time) ([]int, error) {
+func (l *leasing) ShardLeases(_ context.Context, node string, ttl time.Duration, now time.Time) ([]int, []int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failing != nil && l.failing(now) {
-		return nil, errors.New("database unreachable")
+		return nil, nil, errors.New("database unreachable")
 	}
 	l.leased = append(l.leased, now)
-	return slices.Clone(l.shards), nil
+	return slices.Clone(l.shards), slices.Clone(l.leaving), nil
 }
 
 func (l *leasing) ShardHandOver(_ context.Context, node string, shards []int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.handedOver = append(l.handedOver, shards...)
+	l.leaving = slices.DeleteFunc(l.leaving, func(s int) bool { return slices.Contains(shards, s) })
 	return nil
+}
+
+func (l *leasing) handed() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.handedOver)
 }
 
 func (l *leasing) ShardRelease(_ context.Context, node string) error {
@@ -231,5 +239,24 @@ func TestStopReleasesLeasesAfterInFlightWork(t *testing.T) {
 	}
 	if !slices.Equal(l.released, []string{"node-1"}) {
 		t.Fatalf("released %v, want node-1 once", l.released)
+	}
+}
+
+// Shards the store says this node is leaving are handed over once idle,
+// even ones it never knew it held (it restarted under the same name, or a
+// reply was lost): otherwise nobody would ever send to them again.
+func TestLeavingShardsTheNodeDidNotKnowOfAreHandedOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := &leasing{Store: b.store, shards: []int{1, 2}, leaving: []int{5, 7}}
+	b.startLeased(t, l, senderFunc(func(context.Context, *core.Subscription, *core.Job) send.Outcome {
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 10)
+	testenv.Eventually(t, 5*time.Second, "shards 5 and 7 handed over", func() bool {
+		got := l.handed()
+		return slices.Contains(got, 5) && slices.Contains(got, 7)
+	})
+	if got := l.handed(); slices.ContainsFunc(got, func(s int) bool { return s == 1 || s == 2 }) {
+		t.Fatalf("handed over %v, which includes shards still held", got)
 	}
 }

@@ -210,11 +210,13 @@ type Leaser interface {
 	// the node still has in flight on it is sent again by the taker. Below
 	// its share, a node takes back shards it is leaving first.
 	// It returns the shards node holds afterwards, ascending, all of which
-	// are held until now+ttl. A backend may time leases by its own clock
+	// are held until now+ttl, and those it is leaving (ascending too): the
+	// caller hands those over once it has nothing in flight on them, even
+	// ones it did not know it was leaving (a restart, a lost reply). A backend may time leases by its own clock
 	// rather than now (PostgreSQL does, so nodes whose clocks disagree still
 	// agree on which leases are live); callers guard their sends with
 	// durations measured from before the call, which hold either way.
-	ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error)
+	ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) (held, leaving []int, err error)
 	// ShardHandOver frees the given shards node is leaving (others are left
 	// alone), so the other nodes can take them at once.
 	ShardHandOver(ctx context.Context, node string, shards []int) error

@@ -301,7 +301,7 @@ const (
 	insertAttemptsSQL = `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
 		SELECT * FROM unnest($1::text[], $2::int[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::text[])
 			AS a(delivery_id, n, started_at, duration_ns, status_code, error, response)
-		WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id)
+		WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id FOR KEY SHARE)
 		ON CONFLICT (delivery_id, n) DO NOTHING`
 	updateResultsSQL = `UPDATE deliveries d SET attempt_count = r.n, last_status = r.status, last_error = r.error,
 		state = r.state, next_attempt_at = r.next, updated_at = r.now
@@ -331,9 +331,9 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 	// A result recorded twice (a retried call whose first commit did land)
 	// keeps the first row; attempt_count < n keeps a stale result from
 	// winding a delivery back. A result whose delivery retention removed
-	// while its attempt ran is dropped. The UPDATEs go first: they lock the
-	// rows, so a Purge holding them is waited for, and the INSERT after
-	// sees whether the delivery is still there.
+	// while its attempt ran is dropped: the INSERT's EXISTS locks the row
+	// (KEY SHARE), so it waits for a Purge holding it and then sees whether
+	// the delivery is still there.
 	var rounds [][]store.AttemptResult
 	seen := map[string]int{}
 	for _, r := range rs {

@@ -32,9 +32,8 @@ const forgetNodesAfter = time.Hour
 // from now (the node's clock): nodes whose clocks disagree then still agree
 // on which leases are live. The node's own guard (dispatch) measures from
 // before the call, so it stops sending before the lease lapses either way.
-func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]int, error) {
-	var held []int
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration, now time.Time) (held, leaving []int, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(leaseLockSQL)
 		if !s.callerClock {
@@ -118,14 +117,24 @@ func (s *Store) ShardLeases(ctx context.Context, node string, ttl time.Duration,
 		if err != nil {
 			return err
 		}
-		rows, _ = tx.Query(ctx, `SELECT shard FROM shard_leases WHERE node = $1 AND NOT leaving ORDER BY shard`, node)
-		held, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		held, leaving = nil, nil
+		var shard int
+		var left bool
+		rows, _ = tx.Query(ctx, `SELECT shard, leaving FROM shard_leases WHERE node = $1 ORDER BY shard`, node)
+		_, err = pgx.ForEachRow(rows, []any{&shard, &left}, func() error {
+			if left {
+				leaving = append(leaving, shard)
+			} else {
+				held = append(held, shard)
+			}
+			return nil
+		})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return held, nil
+	return held, leaving, nil
 }
 
 // ShardHandOver frees shards node is leaving, and tells the others.

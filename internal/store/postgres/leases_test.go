@@ -45,7 +45,7 @@ func (c *cluster) lease(node string, now time.Time) []int {
 
 func (c *cluster) renew(node string, now time.Time) []int {
 	c.t.Helper()
-	got, err := c.nodes[node].ShardLeases(c.t.Context(), node, leaseTTL, now)
+	got, _, err := c.nodes[node].ShardLeases(c.t.Context(), node, leaseTTL, now)
 	if err != nil {
 		c.t.Fatalf("ShardLeases(%s): %v", node, err)
 	}
@@ -231,7 +231,7 @@ func TestShardLeasesConcurrent(t *testing.T) {
 			wg.Go(func() {
 				// Twice, so calls also race the others' second ones.
 				for range 2 {
-					got, err := c.nodes[n].ShardLeases(t.Context(), n, leaseTTL, now)
+					got, _, err := c.nodes[n].ShardLeases(t.Context(), n, leaseTTL, now)
 					if err != nil {
 						errs <- fmt.Errorf("round %d %s: %w", r, n, err)
 						return
@@ -267,7 +267,7 @@ func TestLeasesIgnoreANodesSkewedClock(t *testing.T) {
 	ctx := t.Context()
 	held := func(s *Store, node string, now time.Time) []int {
 		t.Helper()
-		got, err := s.ShardLeases(ctx, node, leaseTTL, now)
+		got, _, err := s.ShardLeases(ctx, node, leaseTTL, now)
 		if err != nil {
 			t.Fatalf("ShardLeases(%s): %v", node, err)
 		}

@@ -216,7 +216,7 @@ func TestNotifySubscriptionAndLeaseChanges(t *testing.T) {
 	// marker subscription comes next); leaving tells.
 	lease := func() {
 		t.Helper()
-		if _, err := a.ShardLeases(ctx, "n1", leaseTTL, time.Now()); err != nil {
+		if _, _, err := a.ShardLeases(ctx, "n1", leaseTTL, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,7 +238,7 @@ func TestNotifySubscriptionAndLeaseChanges(t *testing.T) {
 	// A node above its share gives shards back and tells.
 	lease() // n1 holds all
 	lb.nextOther(t)
-	if _, err := b.ShardLeases(ctx, "n2", leaseTTL, time.Now()); err != nil { // joins, takes none yet
+	if _, _, err := b.ShardLeases(ctx, "n2", leaseTTL, time.Now()); err != nil { // joins, takes none yet
 		t.Fatal(err)
 	}
 	lease() // n1 gives back half

@@ -12,31 +12,44 @@ import (
 	"hookd/internal/store"
 )
 
-// Purge claims its events with SKIP LOCKED, so nodes purging at once take
-// disjoint ones, then locks their deliveries: a replay that made one
-// pending meanwhile is seen, and that event is left alone.
+// Purge reads its window of events without locks (kept ones, pending work
+// among them, stay unlocked), then claims the candidates with SKIP LOCKED,
+// so nodes purging at once take disjoint ones, and locks their deliveries:
+// a replay that made one pending meanwhile is seen, and that event is left
+// alone.
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCursor, limit int) (store.PurgeResult, error) {
 	var res store.PurgeResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.PurgeResult{Next: after}
-		rows, _ := tx.Query(ctx, `SELECT e.id, e.created_at FROM events e
+		rows, _ := tx.Query(ctx, `SELECT e.id, e.created_at,
+				NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
+			FROM events e
 			WHERE e.created_at < $1 AND (e.created_at, e.id) > ($2, $3)
-			ORDER BY e.created_at, e.id LIMIT $4 FOR UPDATE SKIP LOCKED`, cutoff, after.CreatedAt, after.EventID, limit)
+			ORDER BY e.created_at, e.id LIMIT $4`, cutoff, after.CreatedAt, after.EventID, limit)
 		var ids []string
 		var id string
 		var created time.Time
-		if _, err := pgx.ForEachRow(rows, []any{&id, &created}, func() error {
-			ids = append(ids, id)
+		var done bool
+		if _, err := pgx.ForEachRow(rows, []any{&id, &created, &done}, func() error {
+			res.Looked++
 			res.Next = store.PurgeCursor{CreatedAt: created, EventID: id}
+			if done {
+				ids = append(ids, id)
+			}
 			return nil
 		}); err != nil || len(ids) == 0 {
 			return err
 		}
-		res.Looked = len(ids)
+		rows, _ = tx.Query(ctx, `SELECT id FROM events WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED`, ids)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
 		// Locked, the states read are the latest: a replay waits for us.
 		busy := map[string]bool{}
 		var state string
-		rows, _ = tx.Query(ctx, `SELECT event_id, state FROM deliveries WHERE event_id = ANY($1) FOR UPDATE`, ids)
+		rows, _ = tx.Query(ctx, `SELECT event_id, state FROM deliveries WHERE event_id = ANY($1)
+			ORDER BY id FOR UPDATE`, ids)
 		if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error {
 			if state == "pending" {
 				busy[id] = true
