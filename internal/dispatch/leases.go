@@ -90,16 +90,15 @@ func (d *Dispatcher) mayStart(now time.Time) bool {
 // disown lets go of a host whose shard this node no longer holds: queued
 // work is dropped (the store keeps it pending for the new owner); attempts
 // in flight finish and their results are written. The host and its
-// admission state go once nothing of it is in flight or being fetched.
+// admission state go once nothing of it is in flight, being fetched or
+// awaiting its result write (busy).
 // Called with d.mu held.
 func (d *Dispatcher) disown(h *host) {
-	busy := h.inflight > 0
 	for _, l := range h.lanes {
 		d.drop(l)
 		l.storeDue = time.Time{}
-		busy = busy || l.refilling || len(l.known) > 0 // in flight or its result not yet written
 	}
-	if !busy && d.hosts[h.name] == h {
+	if !d.busy(h) && d.hosts[h.name] == h {
 		delete(d.hosts, h.name)
 	}
 }
