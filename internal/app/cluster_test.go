@@ -430,3 +430,24 @@ func TestAJoiningNodeSendsNothingTwice(t *testing.T) {
 		t.Fatalf("the endpoint got %d requests for 5 events", n)
 	}
 }
+
+// A subscription's health reports its host's circuit whichever node is
+// asked: the owner publishes its breaker, the others read it.
+func TestHealthShowsTheOwnersCircuitOnEveryNode(t *testing.T) {
+	t.Parallel()
+	db := testenv.PostgresSchema(t)
+	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
+	waitSplit(t, db, a, b)
+	rc := receiverOn(t, a)
+	rc.Respond = func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }
+	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
+	waitKnown(t, sub, present, a, b)
+	for i := range 25 { // 20 failures in a minute open the breaker
+		a.post(a.admin, "a.b", map[string]any{"i": i})
+	}
+	circuit := func(n *env) string {
+		return n.admin.Must(http.StatusOK, "GET", "/v1/subscriptions/"+sub+"/health", nil)["circuit"].(string)
+	}
+	testenv.Eventually(t, 10*time.Second, "the owner's breaker open", func() bool { return circuit(a) == "open" })
+	testenv.Eventually(t, 10*time.Second, "the other node reporting it open", func() bool { return circuit(b) == "open" })
+}

@@ -85,6 +85,10 @@ type Dispatcher struct {
 	heldUntil time.Time
 	leaving   map[int]time.Time // shards given back, not yet handed over: since when
 	handAfter time.Time         // after a failed hand-over, the next try
+	// board (with a leaser, when the store is one) is where this node
+	// publishes its hosts' breakers and reads others' (health.go).
+	board     store.CircuitBoard
+	published map[string]store.HostCircuit // what board last got, by host
 	rebalance chan struct{}
 	leaseQuit chan struct{}
 	leaseDone chan struct{} // nil until the lease loop runs
@@ -173,6 +177,7 @@ func New(cfg Config) *Dispatcher {
 	}
 	if l, ok := cfg.Store.(store.Leaser); ok {
 		d.leaser = l
+		d.board, _ = cfg.Store.(store.CircuitBoard)
 		if d.cfg.Node == "" {
 			d.cfg.Node = DefaultNode()
 		}

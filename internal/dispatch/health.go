@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"context"
 	"time"
 
 	"hookd/internal/send"
+	"hookd/internal/store"
 )
 
 // healthWindow is how far back "recent" reaches for a subscription's
@@ -53,7 +55,9 @@ func (d *Dispatcher) Health(hostName, subID string) Health {
 	defer d.mu.Unlock()
 	now := time.Now()
 	hl := Health{Circuit: closed.String()}
-	if h := d.hosts[hostName]; h != nil {
+	if d.board != nil && !d.ownsHost(hostName) {
+		hl.Circuit = d.boardCircuit(hostName, now) // another node's to say
+	} else if h := d.hosts[hostName]; h != nil {
 		h.breaker.admits(now) // an expired open period reads as half-open
 		hl.Circuit = h.breaker.state.String()
 	}
@@ -121,4 +125,83 @@ func (d *Dispatcher) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// boardCircuit reads the breaker the owner of host published. Called with
+// d.mu held, which it lets go of while it asks the store.
+func (d *Dispatcher) boardCircuit(host string, now time.Time) string {
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, ok, err := d.board.CircuitGet(ctx, host)
+	switch {
+	case err != nil:
+		d.cfg.Log.Error("reading a host's published circuit", "host", host, "err", err)
+		return closed.String()
+	case !ok || !c.Open || now.Sub(c.UpdatedAt) > staleCircuit:
+		return closed.String()
+	case now.Before(c.RetryAt):
+		return open.String()
+	}
+	return halfOpen.String()
+}
+
+const (
+	// publishInterval is how often the breakers of owned hosts that
+	// changed are published; open ones go again every republishOpen, and
+	// a published open breaker older than staleCircuit is read as closed
+	// (its host moved to a node that has it closed, or its owner died).
+	publishInterval = time.Second
+	republishOpen   = 10 * time.Second
+	staleCircuit    = 3 * republishOpen
+)
+
+// publishCircuits publishes the breakers of owned hosts that changed since
+// the last time: open ones, and those that closed or left memory since.
+func (d *Dispatcher) publishCircuits(ctx context.Context) {
+	d.mu.Lock()
+	now := time.Now()
+	var changed []store.HostCircuit
+	seen := map[string]bool{}
+	for name, h := range d.hosts {
+		if !d.owns(h) {
+			continue
+		}
+		seen[name] = true
+		c := store.HostCircuit{Host: name}
+		if h.breaker.state != closed {
+			c.Open, c.RetryAt = true, h.breaker.retryAt
+		}
+		was, ok := d.published[name]
+		if was.Open != c.Open || (ok && (!was.RetryAt.Equal(c.RetryAt) || now.Sub(was.UpdatedAt) > republishOpen)) {
+			changed = append(changed, c)
+		}
+	}
+	for name, was := range d.published {
+		if !seen[name] && was.Open && d.ownsHost(name) {
+			changed = append(changed, store.HostCircuit{Host: name}) // forgotten while open: closed now
+		}
+	}
+	d.mu.Unlock()
+	if len(changed) == 0 {
+		return
+	}
+	if err := d.board.CircuitsPublish(ctx, changed); err != nil {
+		d.cfg.Log.Error("publishing circuits", "node", d.cfg.Node, "err", err)
+		return
+	}
+	d.mu.Lock()
+	if d.published == nil {
+		d.published = map[string]store.HostCircuit{}
+	}
+	for _, c := range changed {
+		if c.Open {
+			c.UpdatedAt = now
+			d.published[c.Host] = c
+		} else {
+			delete(d.published, c.Host)
+		}
+	}
+	d.mu.Unlock()
 }

@@ -239,10 +239,21 @@ func (d *Dispatcher) leaseLoop() {
 	t := time.NewTimer(every)
 	defer t.Stop()
 	var drain <-chan time.Time // armed while shards wait to be handed over
+	var publish <-chan time.Time
+	if d.board != nil {
+		pt := time.NewTicker(publishInterval)
+		defer pt.Stop()
+		publish = pt.C
+	}
 	for {
 		select {
 		case <-d.leaseQuit:
 			return
+		case <-publish:
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			d.publishCircuits(ctx)
+			cancel()
+			continue
 		case <-drain:
 			ctx, cancel := context.WithTimeout(context.Background(), every)
 			d.handOver(ctx)

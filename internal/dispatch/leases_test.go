@@ -260,3 +260,70 @@ func TestLeavingShardsTheNodeDidNotKnowOfAreHandedOver(t *testing.T) {
 		t.Fatalf("handed over %v, which includes shards still held", got)
 	}
 }
+
+// board records what publishCircuits sends.
+type board struct {
+	leasing
+	mu  sync.Mutex
+	got []store.HostCircuit
+}
+
+func (b *board) CircuitsPublish(_ context.Context, cs []store.HostCircuit) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.got = append(b.got, cs...)
+	return nil
+}
+
+func (b *board) CircuitGet(context.Context, string) (store.HostCircuit, bool, error) {
+	return store.HostCircuit{}, false, nil
+}
+
+func (b *board) take() []store.HostCircuit {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	got := b.got
+	b.got = nil
+	return got
+}
+
+// An owned host's breaker is published when it opens, again when it
+// re-opens with a new retry time, and once more when it closes; a closed
+// breaker that never opened is not published at all.
+func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
+	bd := setup(t)
+	mine, _ := twoShards()
+	bo := &board{leasing: leasing{Store: bd.store, shards: []int{core.ShardOf(mine)}}}
+	d := bd.run(t, Config{Store: bo, Sender: senderFunc(func(context.Context, *core.Subscription, *core.Job) send.Outcome {
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), Node: "node-1", LeaseTTL: time.Hour})
+	if d.board == nil {
+		t.Fatal("a leasing store that is a CircuitBoard was not used as one")
+	}
+	d.mu.Lock()
+	h, _ := d.lane(mine, "sub_x")
+	d.mu.Unlock()
+	publish := func() []store.HostCircuit {
+		d.publishCircuits(t.Context())
+		return bo.take()
+	}
+	if got := publish(); len(got) != 0 {
+		t.Fatalf("a closed breaker was published: %+v", got)
+	}
+	d.mu.Lock()
+	h.breaker.trip(time.Now())
+	retry := h.breaker.retryAt
+	d.mu.Unlock()
+	if got := publish(); len(got) != 1 || !got[0].Open || !got[0].RetryAt.Equal(retry) || got[0].Host != mine {
+		t.Fatalf("after opening: %+v", got)
+	}
+	if got := publish(); len(got) != 0 {
+		t.Fatalf("unchanged, published again at once: %+v", got)
+	}
+	d.mu.Lock()
+	h.breaker.state = closed
+	d.mu.Unlock()
+	if got := publish(); len(got) != 1 || got[0].Open {
+		t.Fatalf("after closing: %+v", got)
+	}
+}

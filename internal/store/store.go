@@ -225,6 +225,27 @@ type Leaser interface {
 	ShardRelease(ctx context.Context, node string) error
 }
 
+// CircuitBoard is implemented by a backend several nodes share: the node
+// that dispatches a host publishes its circuit breaker, so any node can
+// report it.
+type CircuitBoard interface {
+	// CircuitsPublish records each host's breaker as given.
+	CircuitsPublish(ctx context.Context, cs []HostCircuit) error
+	// CircuitGet returns a host's last published breaker; false if none was.
+	CircuitGet(ctx context.Context, host string) (HostCircuit, bool, error)
+}
+
+// HostCircuit is one host's breaker: closed, or open until RetryAt (after
+// which it lets a probe through: half-open). UpdatedAt is when it was last
+// published (set by the store): owners publish open ones again now and
+// then, so a stale row means the host moved to a node with it closed.
+type HostCircuit struct {
+	Host      string
+	Open      bool
+	RetryAt   time.Time
+	UpdatedAt time.Time
+}
+
 // Notifier is implemented by a backend several nodes share: it tells the
 // other nodes what changed, so they act without waiting for a poll. All of
 // it is sent at commit:
