@@ -179,7 +179,10 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 		}
 	}
 	for name, was := range d.published {
-		if !seen[name] && was.Open && d.ownsHost(name) {
+		switch {
+		case !d.ownsHost(name):
+			delete(d.published, name) // its new owner publishes it now
+		case !seen[name] && was.Open:
 			changed = append(changed, store.HostCircuit{Host: name}) // forgotten while open: closed now
 		}
 	}
