@@ -88,7 +88,7 @@ type Dispatcher struct {
 	// board (with a leaser, when the store is one) is where this node
 	// publishes its hosts' breakers and reads others' (health.go).
 	board     store.CircuitBoard
-	published map[string]store.HostCircuit // what board last got, by host
+	published map[string]published // open breakers board last got, by host
 	rebalance chan struct{}
 	leaseQuit chan struct{}
 	leaseDone chan struct{} // nil until the lease loop runs

@@ -56,7 +56,7 @@ func (d *Dispatcher) Health(hostName, subID string) Health {
 	now := time.Now()
 	hl := Health{Circuit: closed.String()}
 	if d.board != nil && !d.ownsHost(hostName) {
-		hl.Circuit = d.boardCircuit(hostName, now) // another node's to say
+		hl.Circuit = d.boardCircuit(hostName) // another node's to say
 	} else if h := d.hosts[hostName]; h != nil {
 		h.breaker.admits(now) // an expired open period reads as half-open
 		hl.Circuit = h.breaker.state.String()
@@ -129,7 +129,7 @@ func (d *Dispatcher) Stats() Stats {
 
 // boardCircuit reads the breaker the owner of host published. Called with
 // d.mu held, which it lets go of while it asks the store.
-func (d *Dispatcher) boardCircuit(host string, now time.Time) string {
+func (d *Dispatcher) boardCircuit(host string) string {
 	d.mu.Unlock()
 	defer d.mu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -137,11 +137,11 @@ func (d *Dispatcher) boardCircuit(host string, now time.Time) string {
 	c, ok, err := d.board.CircuitGet(ctx, host)
 	switch {
 	case err != nil:
-		d.cfg.Log.Error("reading a host's published circuit", "host", host, "err", err)
+		d.cfg.Log.Warn("reading a host's published circuit", "host", host, "err", err)
 		return closed.String()
-	case !ok || !c.Open || now.Sub(c.UpdatedAt) > staleCircuit:
+	case !ok || !c.Open || c.Age > staleCircuit:
 		return closed.String()
-	case now.Before(c.RetryAt):
+	case c.RetryIn > 0:
 		return open.String()
 	}
 	return halfOpen.String()
@@ -157,33 +157,48 @@ const (
 	staleCircuit    = 3 * republishOpen
 )
 
+// published is what the board last got for an open breaker.
+type published struct {
+	retryAt, at time.Time
+}
+
 // publishCircuits publishes the breakers of owned hosts that changed since
-// the last time: open ones, and those that closed or left memory since.
+// the last time: open ones, and those that closed or left memory since. A
+// node whose leases may have lapsed publishes nothing: the host may be
+// another node's by now.
 func (d *Dispatcher) publishCircuits(ctx context.Context) {
 	d.mu.Lock()
 	now := time.Now()
+	if !d.mayStart(now) {
+		d.mu.Unlock()
+		return
+	}
 	var changed []store.HostCircuit
+	var retryAts []time.Time
 	seen := map[string]bool{}
 	for name, h := range d.hosts {
 		if !d.owns(h) {
 			continue
 		}
 		seen[name] = true
-		c := store.HostCircuit{Host: name}
-		if h.breaker.state != closed {
-			c.Open, c.RetryAt = true, h.breaker.retryAt
-		}
+		isOpen := h.breaker.state != closed
 		was, ok := d.published[name]
-		if was.Open != c.Open || (ok && (!was.RetryAt.Equal(c.RetryAt) || now.Sub(was.UpdatedAt) > republishOpen)) {
+		if isOpen != ok || (ok && (!was.retryAt.Equal(h.breaker.retryAt) || now.Sub(was.at) > republishOpen)) {
+			c := store.HostCircuit{Host: name, Open: isOpen}
+			if isOpen {
+				c.RetryIn = h.breaker.retryAt.Sub(now)
+			}
 			changed = append(changed, c)
+			retryAts = append(retryAts, h.breaker.retryAt)
 		}
 	}
-	for name, was := range d.published {
+	for name := range d.published {
 		switch {
 		case !d.ownsHost(name):
 			delete(d.published, name) // its new owner publishes it now
-		case !seen[name] && was.Open:
+		case !seen[name]:
 			changed = append(changed, store.HostCircuit{Host: name}) // forgotten while open: closed now
+			retryAts = append(retryAts, time.Time{})
 		}
 	}
 	d.mu.Unlock()
@@ -196,12 +211,11 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 	}
 	d.mu.Lock()
 	if d.published == nil {
-		d.published = map[string]store.HostCircuit{}
+		d.published = map[string]published{}
 	}
-	for _, c := range changed {
+	for i, c := range changed {
 		if c.Open {
-			c.UpdatedAt = now
-			d.published[c.Host] = c
+			d.published[c.Host] = published{retryAt: retryAts[i], at: now}
 		} else {
 			delete(d.published, c.Host)
 		}

@@ -314,8 +314,16 @@ func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
 	h.breaker.trip(time.Now())
 	retry := h.breaker.retryAt
 	d.mu.Unlock()
-	if got := publish(); len(got) != 1 || !got[0].Open || !got[0].RetryAt.Equal(retry) || got[0].Host != mine {
-		t.Fatalf("after opening: %+v", got)
+	before := time.Now()
+	if got := publish(); len(got) != 1 || !got[0].Open || got[0].Host != mine ||
+		got[0].RetryIn <= 0 || got[0].RetryIn > retry.Sub(before) {
+		t.Fatalf("after opening (retry at %v): %+v", retry, got)
+	}
+	d.mu.Lock()
+	h.breaker.trip(time.Now()) // again: a new retry time
+	d.mu.Unlock()
+	if got := publish(); len(got) != 1 || !got[0].Open {
+		t.Fatalf("after re-opening: %+v", got)
 	}
 	if got := publish(); len(got) != 0 {
 		t.Fatalf("unchanged, published again at once: %+v", got)
@@ -325,5 +333,14 @@ func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
 	d.mu.Unlock()
 	if got := publish(); len(got) != 1 || got[0].Open {
 		t.Fatalf("after closing: %+v", got)
+	}
+	// A node whose leases may have lapsed publishes nothing: the host may
+	// be another node's already.
+	d.mu.Lock()
+	h.breaker.trip(time.Now())
+	d.heldUntil = time.Now()
+	d.mu.Unlock()
+	if got := publish(); len(got) != 0 {
+		t.Fatalf("published with its leases lapsing: %+v", got)
 	}
 }

@@ -235,15 +235,17 @@ type CircuitBoard interface {
 	CircuitGet(ctx context.Context, host string) (HostCircuit, bool, error)
 }
 
-// HostCircuit is one host's breaker: closed, or open until RetryAt (after
-// which it lets a probe through: half-open). UpdatedAt is when it was last
-// published (set by the store): owners publish open ones again now and
-// then, so a stale row means the host moved to a node with it closed.
+// HostCircuit is one host's breaker: closed, or open for RetryIn more
+// (then it lets a probe through: half-open, RetryIn <= 0). CircuitGet also
+// says how long ago it was published (Age): owners publish open ones again
+// now and then, so an old row means the host moved to a node with it
+// closed. Durations, not times: the store's clock measures both, so nodes
+// whose clocks disagree still read the same.
 type HostCircuit struct {
-	Host      string
-	Open      bool
-	RetryAt   time.Time
-	UpdatedAt time.Time
+	Host    string
+	Open    bool
+	RetryIn time.Duration
+	Age     time.Duration
 }
 
 // Notifier is implemented by a backend several nodes share: it tells the
