@@ -42,6 +42,16 @@ func startNode(t *testing.T, db, name string) *env {
 	})
 }
 
+// twoNodes starts two nodes on a fresh schema and waits until they share
+// the shards.
+func twoNodes(t *testing.T) (a, b *env) {
+	t.Helper()
+	db := testenv.PostgresSchema(t)
+	a, b = startNode(t, db, "node-a"), startNode(t, db, "node-b")
+	waitSplit(t, db, a, b)
+	return a, b
+}
+
 // waitSplit waits until the nodes hold disjoint shard sets that cover all
 // of them in fair shares (NumShards over the nodes, rounded up or down),
 // and checks that the lease table agrees.
@@ -233,9 +243,7 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 // their destination: B sends, B holds back, B signs.
 func TestSubscriptionChangesReachEveryNode(t *testing.T) {
 	t.Parallel()
-	db := testenv.PostgresSchema(t)
-	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
-	waitSplit(t, db, a, b)
+	a, b := twoNodes(t)
 	main, witness := receiverOn(t, b), receiverOn(t, b)
 	sub, secret := a.subscribe(a.admin, main.URL, []string{"*"}, nil)
 	wit, _ := a.subscribe(a.admin, witness.URL, []string{"*"}, nil)
@@ -331,9 +339,7 @@ func TestSubscriptionChangesReachEveryNode(t *testing.T) {
 // it in, not at the next resync (5s).
 func TestDueWorkForAnUnknownSubscriptionGoesOutAfterTheReload(t *testing.T) {
 	t.Parallel()
-	db := testenv.PostgresSchema(t)
-	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
-	waitSplit(t, db, a, b)
+	a, b := twoNodes(t)
 	rc := receiverOn(t, b)
 	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
 	waitKnown(t, sub, present, a, b)
@@ -353,9 +359,7 @@ func TestDueWorkForAnUnknownSubscriptionGoesOutAfterTheReload(t *testing.T) {
 // shard's owner moves them to the new host, whose owner then sends them.
 func TestDeliveriesWrittenUnderAStaleHostAreMovedAndSent(t *testing.T) {
 	t.Parallel()
-	db := testenv.PostgresSchema(t)
-	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
-	waitSplit(t, db, a, b)
+	a, b := twoNodes(t)
 	oldRc, newRc := receiverOn(t, a), receiverOn(t, b)
 	sub, _ := a.subscribe(a.admin, oldRc.URL, []string{"*"}, nil)
 	waitKnown(t, sub, present, a, b)
@@ -435,9 +439,7 @@ func TestAJoiningNodeSendsNothingTwice(t *testing.T) {
 // asked: the owner publishes its breaker, the others read it.
 func TestHealthShowsTheOwnersCircuitOnEveryNode(t *testing.T) {
 	t.Parallel()
-	db := testenv.PostgresSchema(t)
-	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
-	waitSplit(t, db, a, b)
+	a, b := twoNodes(t)
 	rc := receiverOn(t, a)
 	rc.Respond = func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }
 	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)

@@ -24,7 +24,6 @@ type Purger struct {
 	st     store.Store
 	keep   time.Duration
 	log    *slog.Logger
-	every  time.Duration
 	ctx    context.Context // cancelled by Stop: a batch in progress ends too
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -34,7 +33,7 @@ type Purger struct {
 // keep.
 func Start(st store.Store, keep time.Duration, log *slog.Logger) *Purger {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Purger{st: st, keep: keep, log: log, every: Every, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	p := &Purger{st: st, keep: keep, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go p.loop()
 	return p
 }
@@ -47,7 +46,7 @@ func (p *Purger) Stop() {
 
 func (p *Purger) loop() {
 	defer close(p.done)
-	t := time.NewTicker(p.every)
+	t := time.NewTicker(Every)
 	defer t.Stop()
 	for {
 		p.pass()
