@@ -227,7 +227,7 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 					if !s.want[id] {
 						t.Errorf("sink %d got %s, which it does not subscribe to", k, id)
 					} else if c != 1 {
-						t.Errorf("sink %d got %s %d times, want once", k, id, c)
+						t.Errorf("sink %d got %s %d times, want once; %s", k, id, c, whyTwice(nodes[0], s.rc, id))
 					}
 				}
 				if len(got) != len(s.want) {
@@ -237,6 +237,26 @@ func TestNodesShareShardsAndDeliverEachEventOnce(t *testing.T) {
 			waitSplit(t, db, nodes...) // and no shard moved meanwhile
 		})
 	}
+}
+
+// whyTwice describes an event's repeated arrivals for a failure message:
+// when each came, and the attempts the store recorded (a retry after a
+// failed-looking first attempt shows as two attempts about 5 s apart).
+func whyTwice(n *env, rc *testenv.Receiver, eventID string) string {
+	var b strings.Builder
+	for _, req := range rc.Requests() {
+		if req.Header.Get("webhook-id") == eventID {
+			fmt.Fprintf(&b, "arrived %s; ", req.At.Format("15:04:05.000"))
+		}
+	}
+	_, ev := n.admin.Do("GET", "/v1/events/"+eventID, nil)
+	ds, _ := ev["deliveries"].([]any)
+	for _, d := range ds {
+		id, _ := d.(map[string]any)["id"].(string)
+		_, dl := n.admin.Do("GET", "/v1/deliveries/"+id, nil)
+		fmt.Fprintf(&b, "delivery %s attempts %v; ", id, dl["attempts"])
+	}
+	return b.String()
 }
 
 // Subscriptions changed through node A take effect on node B, which owns
