@@ -751,10 +751,11 @@ func (d *Dispatcher) written(batch []result) {
 			r := &batch[i]
 			switch r.State {
 			case core.DeliveryDelivered:
-				m.Delivered()
+				// Lag first: whoever sees the delivery counted sees its lag.
 				if !r.eventAt.IsZero() {
 					m.Lag(r.Now.Sub(r.eventAt))
 				}
+				m.Delivered()
 			case core.DeliveryFailed:
 				m.Failed()
 			}
