@@ -26,6 +26,7 @@ import (
 	"hookd/internal/store/postgres"
 	"hookd/internal/store/sqlite"
 	"hookd/internal/subs"
+	"hookd/internal/ui"
 )
 
 type Config struct {
@@ -129,7 +130,12 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 			return nil
 		},
 	})
-	a.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	// The dashboard is static files calling /v1 from the browser; / leads to it.
+	root := http.NewServeMux()
+	root.Handle("/", handler)
+	root.Handle("GET /ui/", ui.Handler())
+	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	a.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	return a, nil
 }
 
@@ -142,7 +148,7 @@ func (a *App) Serve(ln net.Listener) error {
 	return err
 }
 
-// Handler is the API, for in-process use.
+// Handler is the API and dashboard, for in-process use.
 func (a *App) Handler() http.Handler { return a.http.Handler }
 
 // Shutdown stops taking requests, lets accepted ones commit, lets in-flight

@@ -1,0 +1,50 @@
+package ui
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// Every file goes out with the policy that keeps rendered data inert, and
+// with its own content type (nosniff makes a wrong one fatal).
+func TestServesAssetsWithPolicy(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/", Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for path, want := range map[string]string{
+		"/ui/":        "text/html",
+		"/ui/app.js":  "text/javascript",
+		"/ui/app.css": "text/css",
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(body) == 0 {
+			t.Errorf("%s: %d with %d bytes", path, resp.StatusCode, len(body))
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, want) {
+			t.Errorf("%s: Content-Type %q, want %s", path, ct, want)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: no nosniff", path)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/ui/missing.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("a missing file answers %d, want 404", resp.StatusCode)
+	}
+}
