@@ -275,7 +275,10 @@ func (d *Dispatcher) leaseLoop() {
 		} else {
 			if len(gained) > 0 {
 				if err := d.resyncShards(ctx, gained); err != nil {
-					d.cfg.Log.Error("resync of gained shards", "err", err)
+					// This renewal's budget is spent: the loop's own resync,
+					// with a longer one, takes them now rather than at its tick.
+					d.cfg.Log.Error("resync of gained shards; resyncing all", "err", err)
+					d.Resync()
 				}
 			}
 			d.handOver(ctx)

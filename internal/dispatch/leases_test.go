@@ -28,6 +28,9 @@ type leasing struct {
 	released   []string
 	leaving    []int // answered as leaving until handed over
 	handedOver []int
+	// failPending makes DeliveryPendingSubscriptions fail when it answers
+	// true for the shards asked (nil: never).
+	failPending func(shards []int) bool
 }
 
 func (l *leasing) ShardLeases(_ context.Context, node string, ttl time.Duration, now time.Time) ([]int, []int, error) {
@@ -64,7 +67,11 @@ func (l *leasing) ShardRelease(_ context.Context, node string) error {
 func (l *leasing) DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]store.SubscriptionDue, error) {
 	l.mu.Lock()
 	l.asked = append(l.asked, slices.Clone(shards))
+	fail := l.failPending != nil && l.failPending(shards)
 	l.mu.Unlock()
+	if fail {
+		return nil, errors.New("statement timeout")
+	}
 	return l.Store.DeliveryPendingSubscriptions(ctx, shards)
 }
 
@@ -197,6 +204,35 @@ func TestLostShardDropsQueuedWorkAndGainedShardResyncs(t *testing.T) {
 	}
 	if got := l.lastAsked(); !slices.Equal(got, []int{core.ShardOf(host)}) {
 		t.Errorf("regained shard resynced with %v, want just it", got)
+	}
+}
+
+// A gained shard whose resync fails (it shares the renewal's short
+// budget) is resynced again at once, not at the next periodic resync (30 s
+// here, longer than the test waits).
+func TestFailedResyncOfGainedShardIsRetriedAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	host := "gained.example:443"
+	sub := b.subscription(t, host)
+	ids := b.pending(t, sub, 3)
+	var failed atomic.Bool
+	l := &leasing{Store: b.store, failPending: func(shards []int) bool {
+		// Only the gained shard's own resync, once.
+		return len(shards) == 1 && shards[0] == core.ShardOf(host) && failed.CompareAndSwap(false, true)
+	}}
+	d := b.startLeased(t, l, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 0)
+	l.set(core.ShardOf(host))
+	d.Rebalance()
+	for _, id := range ids {
+		testenv.Eventually(t, 10*time.Second, id+" delivered after its shard was gained", func() bool {
+			return b.state(t, id).State == core.DeliveryDelivered
+		})
+	}
+	if !failed.Load() {
+		t.Fatal("the gained shard's resync never failed: the test did not test anything")
 	}
 }
 
