@@ -208,6 +208,12 @@ func downUntilKill(rc *testenv.Receiver) *deadEndpoint {
 	return d
 }
 
+func (d *deadEndpoint) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.took)
+}
+
 // tookAll reports whether every one of ids has been taken.
 func (d *deadEndpoint) tookAll(ids []string) bool {
 	d.mu.Lock()

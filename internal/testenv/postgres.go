@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +76,31 @@ func PostgresCount(tb testing.TB, db, sql string, args ...any) int {
 		tb.Fatalf("%s: %v", sql, err)
 	}
 	return n
+}
+
+// PostgresRows renders a query's rows as text, one line per row, for a
+// failure message.
+func PostgresRows(tb testing.TB, db, sql string, args ...any) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return err.Error()
+		}
+		fmt.Fprintln(&b, vals...)
+	}
+	return b.String()
 }
