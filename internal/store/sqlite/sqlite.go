@@ -170,6 +170,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 		st.stmts[q] = p
 	}
+	if err := st.finishFollowUps(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("sqlite: skipping what a crash left pending: %w", err)
+	}
 	return st, nil
 }
 
