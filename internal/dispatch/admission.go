@@ -131,12 +131,29 @@ func (b *breaker) trip(now time.Time) {
 	b.retryAt = now.Add(core.Jitter(b.backoff))
 }
 
-// bucket is a token bucket with a burst of one: at most rate per second, evenly.
+// bucket paces sends at rate per second: never more than rate sends in
+// any rateWindow (by start time, counted exactly in sent), and evenly, except
+// that it makes up for timer lateness of up to catchUp. A bucket of one
+// lost every wake-up's lateness: a 60,000-delivery backlog at rate_limit
+// 5000 drained at 1,450/s, at 2000 at 800/s, at 200 at 182/s.
 type bucket struct {
 	rate   float64 // tokens per second; 0 means unlimited
 	tokens float64
 	last   time.Time
+	// sent holds the start times (unix ns) of the latest sends, oldest
+	// first from head, as many as the highest rate seen: enough to count
+	// any second's sends.
+	sent []int64
+	head int
 }
+
+// catchUp is how much lateness of the dispatcher's wake-ups a bucket makes
+// up for, as a burst of at most rate×catchUp sends (still within the
+// second's rate).
+const catchUp = 20 * time.Millisecond
+
+// rateWindow is the span in which a bucket starts at most rate sends.
+const rateWindow = time.Second + catchUp
 
 // refill accrues tokens at the rate in force since the last look; the rate
 // may change between looks (a ramp, an edited rate_limit).
@@ -144,7 +161,7 @@ func (k *bucket) refill(now time.Time, rate float64) {
 	if k.last.IsZero() {
 		k.tokens = 1 // a fresh bucket lets the first send go at once
 	} else {
-		k.tokens = math.Min(1, k.tokens+now.Sub(k.last).Seconds()*k.rate)
+		k.tokens = math.Min(max(1, k.rate*catchUp.Seconds()), k.tokens+now.Sub(k.last).Seconds()*k.rate)
 	}
 	k.rate, k.last = rate, now
 }
@@ -154,21 +171,60 @@ func (k *bucket) ready(now time.Time, rate float64) bool {
 		return true
 	}
 	k.refill(now, rate)
-	return k.tokens >= 1
+	return k.tokens >= 1 && k.windowFree(now).IsZero()
 }
 
-func (k *bucket) take() {
-	if k.rate > 0 {
-		k.tokens--
+// windowFree is when the last second's sends fall under the rate: zero if
+// they are under it now.
+func (k *bucket) windowFree(now time.Time) time.Time {
+	limit := max(1, int(k.rate))
+	if len(k.sent) < limit {
+		return time.Time{}
 	}
+	// The limit-th latest send: another may start a window after it. The
+	// window is a little over a second, for the endpoint's second: arrivals
+	// jitter (a receiver counted 2009 in a second at 2000/s without it).
+	nth := k.sent[(k.head+len(k.sent)-limit)%len(k.sent)]
+	if free := time.Unix(0, nth).Add(rateWindow); free.After(now) {
+		return free
+	}
+	return time.Time{}
+}
+
+func (k *bucket) take(now time.Time) {
+	if k.rate <= 0 {
+		return
+	}
+	k.tokens--
+	t := now.UnixNano()
+	if need := max(1, int(math.Ceil(k.rate))); len(k.sent) < need {
+		// Grow to count this rate's second; a ring that was full is laid
+		// out oldest first again.
+		if k.head != 0 {
+			k.sent = append(append(make([]int64, 0, need), k.sent[k.head:]...), k.sent[:k.head]...)
+			k.head = 0
+		}
+		k.sent = append(k.sent, t)
+		return
+	}
+	k.sent[k.head] = t
+	k.head = (k.head + 1) % len(k.sent)
 }
 
 // nextToken is when ready will next be true.
 func (k *bucket) nextToken(now time.Time) time.Time {
-	if k.rate <= 0 || k.tokens >= 1 {
+	if k.rate <= 0 {
 		return now
 	}
-	return now.Add(time.Duration((1 - k.tokens) / k.rate * float64(time.Second)))
+	at := now
+	if k.tokens < 1 {
+		// Rounded up: a wait that rounds to 0 ns would find the token short again.
+		at = now.Add(time.Duration(math.Ceil((1 - k.tokens) / k.rate * float64(time.Second))))
+	}
+	if free := k.windowFree(now); free.After(at) {
+		at = free
+	}
+	return at
 }
 
 // aimd is the destination's adaptive rate after 429s: each 429 halves it,

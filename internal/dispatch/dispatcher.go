@@ -500,8 +500,8 @@ func (d *Dispatcher) start(h *host, l *lane, sub *core.Subscription, now time.Ti
 		j, l.fresh[0], l.fresh = l.fresh[0], nil, l.fresh[1:]
 		d.freshBytes -= jobSize(j)
 	}
-	l.bucket.take()
-	h.aimdBucket.take()
+	l.bucket.take(now)
+	h.aimdBucket.take(now)
 	probe := h.breaker.started()
 	h.inflight++
 	l.inflight++
