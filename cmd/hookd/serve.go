@@ -19,6 +19,7 @@ import (
 	"hookd/internal/api"
 	"hookd/internal/app"
 	"hookd/internal/dispatch"
+	"hookd/internal/shed"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,6 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pprofAddr := fs.String("pprof", "", "loopback address to serve the Go profiler on (/debug/pprof/), e.g. 127.0.0.1:6060; empty: off")
 	leaseTTL := fs.Duration("lease-ttl", dispatch.DefaultLeaseTTL, "PostgreSQL: how long a node's shard leases last unrenewed (renewed every third of it); a crashed node's destinations move after about this long")
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
+	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -66,6 +68,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *retain < 0 {
 		return fmt.Errorf("--retention must be 0 (keep everything) or positive")
 	}
+	if *shedAt < 0 {
+		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
+	}
 	if *adminToken == "" {
 		*adminToken = api.NewToken("adm_")
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
@@ -75,6 +80,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DB: *db, AdminToken: *adminToken, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
+		Shed: shed.Config{Threshold: *shedAt},
 	})
 	if err != nil {
 		return err

@@ -114,16 +114,18 @@ func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
 	}
 }
 
-// A negative retention is refused before anything opens.
-func TestServeRefusesNegativeRetention(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "hookd.db")
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",
-		"--retention", "-1h"}, &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "--retention") {
-		t.Fatalf("serve --retention -1h: err = %v, want a refusal naming --retention", err)
-	}
-	if _, err := os.Stat(db); !os.IsNotExist(err) {
-		t.Errorf("database opened before the flag was refused (stat: %v)", err)
+// A negative retention or shed threshold is refused before anything opens.
+func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
+	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}} {
+		db := filepath.Join(t.TempDir(), "hookd.db")
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",
+			c[0], c[1]}, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), c[0]) {
+			t.Fatalf("serve %s %s: err = %v, want a refusal naming %s", c[0], c[1], err, c[0])
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Errorf("%s: database opened before the flag was refused (stat: %v)", c[0], err)
+		}
 	}
 }

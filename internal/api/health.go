@@ -16,6 +16,10 @@ type healthJSON struct {
 	OldestFailedAt         *time.Time `json:"oldest_failed_at"`
 	LikelyConfigurationErr bool       `json:"likely_configuration_error"`
 	ConfigurationErrorCode *int       `json:"configuration_error_status,omitempty"`
+	// Shedding: new deliveries are written skipped (replayable), because the
+	// backlog is over the threshold and not shrinking.
+	Shedding      bool       `json:"shedding"`
+	SheddingSince *time.Time `json:"shedding_since"`
 }
 
 // subscriptionHealth tells a customer whether their endpoint is keeping up,
@@ -45,6 +49,12 @@ func (s *Server) subscriptionHealth(w http.ResponseWriter, r *http.Request, p pr
 	}
 	if h.ConfigError {
 		out.ConfigurationErrorCode = &h.ConfigCode
+	}
+	if s.Shed != nil {
+		if since, on := s.Shed.Shedding(sub.ID); on {
+			t := since.UTC()
+			out.Shedding, out.SheddingSince = true, &t
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

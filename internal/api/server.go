@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
@@ -52,6 +53,10 @@ type Config struct {
 	// rejected events.
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
+	// Shed says which subscriptions ingest sheds, for health (nil: none).
+	Shed interface {
+		Shedding(subID string) (time.Time, bool)
+	}
 }
 
 type Server struct {

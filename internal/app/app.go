@@ -22,6 +22,7 @@ import (
 	"hookd/internal/replay"
 	"hookd/internal/retention"
 	"hookd/internal/send"
+	"hookd/internal/shed"
 	"hookd/internal/store"
 	"hookd/internal/store/postgres"
 	"hookd/internal/store/sqlite"
@@ -45,6 +46,8 @@ type Config struct {
 	// Retention is how long events, deliveries and attempts are kept
 	// (see retention); 0 keeps everything.
 	Retention time.Duration
+	// Shed configures shedding at ingest (see shed); Threshold 0 turns it off.
+	Shed shed.Config
 }
 
 type App struct {
@@ -55,7 +58,8 @@ type App struct {
 	ingest   *ingest.Ingester
 	replays  *replay.Runner
 	purger   *retention.Purger // nil when everything is kept
-	cluster  *cluster          // nil on a store one node holds (SQLite)
+	shed     *shed.Shedder
+	cluster  *cluster // nil on a store one node holds (SQLite)
 	http     *http.Server
 	metrics  *metrics.Metrics
 	stopping atomic.Bool
@@ -115,14 +119,18 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if shared {
 		a.cluster = startCluster(st, reg, a.dispatch, cfg.Log)
 	}
-	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics))
+	shedCfg := cfg.Shed
+	shedCfg.Log = cfg.Log
+	a.shed = shed.New(shedCfg)
+	a.shed.Start(st)
+	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}
 	handler := api.New(api.Config{
 		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
-		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics,
+		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")
@@ -158,6 +166,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.stopping.Store(true)
 	herr := a.http.Shutdown(ctx)
 	a.ingest.Close()
+	a.shed.Stop()
 	a.replays.Stop()
 	if a.purger != nil {
 		a.purger.Stop()

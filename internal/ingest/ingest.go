@@ -7,11 +7,13 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"hookd/internal/core"
 	"hookd/internal/metrics"
+	"hookd/internal/shed"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -45,6 +47,7 @@ type Ingester struct {
 	subs   *subs.Registry
 	notify func([]core.Job)
 	m      *metrics.Metrics
+	shed   *shed.Shedder // nil: nothing is shed
 
 	in        chan request
 	committed chan committed // to answer, in commit order
@@ -66,6 +69,9 @@ type Option func(*Ingester)
 // WithMetrics counts accepted and repeated events, deliveries created and
 // group commits (size and duration).
 func WithMetrics(m *metrics.Metrics) Option { return func(in *Ingester) { in.m = m } }
+
+// WithShedder writes the deliveries of subscriptions it sheds skipped.
+func WithShedder(s *shed.Shedder) Option { return func(in *Ingester) { in.shed = s } }
 
 func New(st store.Store, reg *subs.Registry, notify func([]core.Job), opts ...Option) *Ingester {
 	in := &Ingester{
@@ -218,15 +224,18 @@ func (in *Ingester) answer(answered chan struct{}) {
 	}
 }
 
-// fanOut makes one delivery per matching subscription. A disabled
+// fanOut makes one delivery per matching subscription. A disabled or shed
 // subscription's delivery is written skipped, so it can be replayed later.
 func (in *Ingester) fanOut(ev core.Event, now time.Time) []core.Delivery {
 	matched := in.subs.Match(ev.TenantID, ev.Type)
 	out := make([]core.Delivery, 0, len(matched))
 	for _, s := range matched {
-		state := core.DeliveryPending
+		state, lastErr := core.DeliveryPending, ""
 		if s.State == core.SubDisabled {
 			state = core.DeliverySkipped
+		} else if _, on := in.shed.Shedding(s.ID); on {
+			state = core.DeliverySkipped
+			lastErr = fmt.Sprintf("shed at ingest: over %d deliveries pending and not shrinking; replayable", in.shed.Threshold())
 		}
 		out = append(out, core.Delivery{
 			ID:             core.NewID("dlv"),
@@ -238,6 +247,7 @@ func (in *Ingester) fanOut(ev core.Event, now time.Time) []core.Delivery {
 			Shard:          core.ShardOf(s.Host),
 			State:          state,
 			NextAttemptAt:  now,
+			LastError:      lastErr,
 			CreatedAt:      now,
 			UpdatedAt:      now,
 		})

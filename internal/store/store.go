@@ -120,6 +120,9 @@ type Store interface {
 	// the count, and marks the job done when none are left or its
 	// subscription is gone. Returns the job after the step.
 	ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, error)
+	// DeliveryPendingCounts counts the pending deliveries of every
+	// subscription with at least min of them: the shedder's one read.
+	DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error)
 	// DeliveryStats counts a live subscription's pending and failed
 	// deliveries (within retention) with the oldest of each. ErrNotFound if
 	// absent, deleted or another tenant's.

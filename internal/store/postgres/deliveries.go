@@ -360,3 +360,19 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 		return tx.SendBatch(ctx, b).Close()
 	}))
 }
+
+func (s *Store) DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT subscription_id, count(*) FROM deliveries
+		WHERE state = 'pending' GROUP BY subscription_id HAVING count(*) >= $1`, min)
+	out := map[string]int{}
+	var id string
+	var n int
+	_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		out[id] = n
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}

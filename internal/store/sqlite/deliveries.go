@@ -362,3 +362,22 @@ func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 		return s.execRows(ctx, tx, insertAttempts, ins)
 	}
 }
+
+func (s *Store) DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT subscription_id, count(*) FROM deliveries INDEXED BY deliveries_subscription_due
+		WHERE state = 'pending' GROUP BY subscription_id HAVING count(*) >= ?`, min)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}

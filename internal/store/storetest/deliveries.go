@@ -259,6 +259,28 @@ func testDeliveryStats(t *testing.T, s store.Store) {
 	}
 }
 
+func testDeliveryPendingCounts(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	busy, quiet, done := f.sub(a.ID, "busy.example:443"), f.sub(a.ID, "quiet.example:443"), f.sub(a.ID, "done.example:443")
+	for range 3 {
+		f.deliver(busy, at(0))
+	}
+	f.deliver(quiet, at(0))
+	f.record(f.deliver(done, at(0)), 1, 200, core.DeliveryDelivered, time.Time{})
+	f.record(f.deliver(busy, at(0)), 1, 200, core.DeliveryDelivered, time.Time{})
+	got, err := s.DeliveryPendingCounts(f.ctx, 1)
+	noErr(t, "DeliveryPendingCounts", err)
+	if len(got) != 2 || got[busy.ID] != 3 || got[quiet.ID] != 1 {
+		t.Fatalf("counts from 1: %v, want %s: 3 and %s: 1 (delivered ones not counted)", got, busy.ID, quiet.ID)
+	}
+	got, err = s.DeliveryPendingCounts(f.ctx, 2)
+	noErr(t, "DeliveryPendingCounts", err)
+	if len(got) != 1 || got[busy.ID] != 3 {
+		t.Fatalf("counts from 2: %v, want only %s: 3", got, busy.ID)
+	}
+}
+
 func testDeliveryRecordResults(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a := f.tenant()

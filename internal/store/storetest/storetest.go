@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryPendingSubscriptions", testDeliveryPendingSubscriptions},
 		{"OrderedLines", testOrderedLines},
 		{"DeliveryStats", testDeliveryStats},
+		{"DeliveryPendingCounts", testDeliveryPendingCounts},
 		{"DeliveryExpire", testDeliveryExpire},
 		{"DeliveryRehost", testDeliveryRehost},
 		{"Purge", testPurge},

@@ -1,0 +1,79 @@
+package app
+
+import (
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hookd/internal/shed"
+	"hookd/internal/testenv"
+)
+
+// R4's escape valve, end to end: a subscription whose backlog is over the
+// threshold and not shrinking has its new deliveries written skipped (and
+// says so on /health), while the event still reaches everyone else; once
+// the backlog drains it is sent to again, and what was shed replays.
+func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
+	t.Parallel()
+	e := serve(t, Config{
+		DB: filepath.Join(t.TempDir(), "hookd.db"), AdminToken: adminToken, Version: "test",
+		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Shed:          shed.Config{Threshold: 5, Window: 300 * time.Millisecond, Every: 50 * time.Millisecond},
+	})
+	slow, other := testenv.NewReceiver(t), testenv.NewReceiver(t)
+	sub, _ := e.subscribe(e.admin, slow.URL, []string{"*"}, nil)
+	e.subscribe(e.admin, other.URL, []string{"*"}, nil)
+	deliveryOf := func(eventID, subID string) map[string]any {
+		for _, d := range e.admin.Must(200, "GET", "/v1/events/"+eventID, nil)["deliveries"].([]any) {
+			if d := d.(map[string]any); d["subscription_id"] == subID {
+				return e.admin.Must(200, "GET", "/v1/deliveries/"+d["id"].(string), nil)
+			}
+		}
+		t.Fatalf("event %s has no delivery for %s", eventID, subID)
+		return nil
+	}
+
+	// Paused, its backlog grows past the threshold and stays there.
+	e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "paused"})
+	for i := range 8 {
+		e.post(e.admin, "a.b", map[string]any{"i": i})
+	}
+	testenv.Eventually(t, 10*time.Second, "the subscription to be shed", func() bool {
+		return e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/health", nil)["shedding"] == true
+	})
+	if h := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/health", nil); h["shedding_since"] == nil || h["pending"] != 8.0 {
+		t.Errorf("health while shed: %v, want shedding_since set and 8 pending", h)
+	}
+
+	shedEvt := e.post(e.admin, "a.b", map[string]any{"i": "shed"})
+	d := deliveryOf(shedEvt, sub)
+	if d["state"] != "skipped" || !strings.Contains(d["last_error"].(string), "shed at ingest") {
+		t.Fatalf("delivery of an event posted while shed: %v %q, want skipped, saying it was shed", d["state"], d["last_error"])
+	}
+	testenv.Eventually(t, 10*time.Second, "the other subscription to get every event", func() bool { return other.Count() == 9 })
+
+	// Resumed, the backlog drains and shedding ends; new events go out.
+	e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "active"})
+	testenv.Eventually(t, 10*time.Second, "the backlog to drain and shedding to end", func() bool {
+		h := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/health", nil)
+		return h["pending"] == 0.0 && h["shedding"] == false
+	})
+	after := e.post(e.admin, "a.b", map[string]any{"i": "after"})
+	e.waitDelivery(deliveryOf(after, sub)["id"].(string), "delivered", 10*time.Second)
+
+	// What was shed is replayable, with the same webhook-id.
+	e.admin.Must(202, "POST", "/v1/deliveries/"+d["id"].(string)+"/replay", nil)
+	e.waitDelivery(d["id"].(string), "delivered", 10*time.Second)
+	got := map[string]int{}
+	for _, r := range slow.Requests() {
+		got[r.Header.Get("webhook-id")]++
+	}
+	if len(got) != 10 || got[shedEvt] != 1 || got[after] != 1 {
+		t.Errorf("the shed subscription's endpoint got %d distinct events (%v), want the 8 of the backlog, the one after and the replayed one, each once", len(got), got)
+	}
+}

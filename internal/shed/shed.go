@@ -1,0 +1,168 @@
+// Package shed decides which subscriptions ingest sheds: those whose
+// backlog is over a threshold and has not shrunk for a while (R4's escape
+// valve). hookd cannot take on an unbounded liability for an endpoint that
+// cannot keep up: a shed subscription's new deliveries are written skipped,
+// so they are never sent on their own but stay replayable, and its /health
+// says so. The event itself is still accepted for every other subscription.
+//
+// Every node decides from the same store counts, so nodes sharing a
+// database agree within one check, with nothing to coordinate.
+package shed
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults: a backlog counts as not shrinking when it is no smaller than it
+// was Window ago; shedding ends once it is back to Resume of the threshold.
+const (
+	DefaultThreshold = 100_000
+	DefaultWindow    = 5 * time.Minute
+	DefaultEvery     = 30 * time.Second
+	Resume           = 0.8
+)
+
+// Counter is the store's count of pending deliveries per subscription.
+type Counter interface {
+	DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error)
+}
+
+type Config struct {
+	Threshold int           // pending deliveries; <= 0 turns shedding off
+	Window    time.Duration // how long a backlog must not shrink (default DefaultWindow)
+	Every     time.Duration // how often the counts are read (default DefaultEvery)
+	Log       *slog.Logger
+}
+
+// Shedder holds the decision per subscription; Shedding is safe to call
+// from ingest at any time.
+type Shedder struct {
+	cfg  Config
+	mu   sync.Mutex
+	subs map[string]*backlog
+	quit chan struct{}
+	done chan struct{}
+}
+
+type sample struct {
+	at      time.Time
+	pending int
+}
+
+// backlog is what is known of one subscription over the threshold.
+type backlog struct {
+	samples []sample // oldest first, reaching at least Window back when it can
+	since   time.Time
+}
+
+func New(cfg Config) *Shedder {
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = DefaultEvery
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Shedder{cfg: cfg, subs: map[string]*backlog{}}
+}
+
+// Shedding reports whether new deliveries of the subscription are shed, and
+// since when. A nil Shedder sheds nothing.
+func (s *Shedder) Shedding(subID string) (time.Time, bool) {
+	if s == nil {
+		return time.Time{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.subs[subID]; b != nil && !b.since.IsZero() {
+		return b.since, true
+	}
+	return time.Time{}, false
+}
+
+// Threshold is the pending count over which shedding may start.
+func (s *Shedder) Threshold() int { return s.cfg.Threshold }
+
+// observe applies one reading of the counts taken at now.
+func (s *Shedder) observe(now time.Time, counts map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resume := int(float64(s.cfg.Threshold) * Resume)
+	for id, b := range s.subs {
+		if _, ok := counts[id]; !ok { // at or under Resume: the count leaves it out
+			if !b.since.IsZero() {
+				s.cfg.Log.Info("subscription no longer shed", "subscription", id)
+			}
+			delete(s.subs, id)
+		}
+	}
+	for id, n := range counts {
+		b := s.subs[id]
+		if b == nil {
+			if n <= s.cfg.Threshold {
+				continue // between Resume and the threshold, and not shed: nothing to watch yet
+			}
+			b = &backlog{}
+			s.subs[id] = b
+		}
+		b.samples = append(b.samples, sample{now, n})
+		// Keep the newest sample at least Window old, and everything after it.
+		for len(b.samples) > 1 && now.Sub(b.samples[1].at) >= s.cfg.Window {
+			b.samples = b.samples[1:]
+		}
+		switch {
+		case !b.since.IsZero() && n <= resume:
+			s.cfg.Log.Info("subscription no longer shed", "subscription", id, "pending", n)
+			delete(s.subs, id)
+		case b.since.IsZero() && n > s.cfg.Threshold:
+			if old := b.samples[0]; now.Sub(old.at) >= s.cfg.Window && n >= old.pending {
+				b.since = now
+				s.cfg.Log.Warn("shedding a subscription at ingest: backlog over threshold and not shrinking",
+					"subscription", id, "pending", n, "threshold", s.cfg.Threshold, "pending_then", old.pending, "window", s.cfg.Window)
+			}
+		}
+	}
+}
+
+// Start reads the counts now and every cfg.Every until Stop. With shedding
+// turned off it does nothing.
+func (s *Shedder) Start(c Counter) {
+	s.quit, s.done = make(chan struct{}), make(chan struct{})
+	if s.cfg.Threshold <= 0 {
+		close(s.done)
+		return
+	}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(s.cfg.Every)
+		defer t.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Every)
+			counts, err := c.DeliveryPendingCounts(ctx, int(float64(s.cfg.Threshold)*Resume)+1)
+			cancel()
+			if err != nil {
+				s.cfg.Log.Error("counting backlogs for shedding", "err", err) // decisions stand until the next reading
+			} else {
+				s.observe(time.Now(), counts)
+			}
+			select {
+			case <-s.quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (s *Shedder) Stop() {
+	if s == nil || s.quit == nil {
+		return
+	}
+	close(s.quit)
+	<-s.done
+}

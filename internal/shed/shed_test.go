@@ -1,0 +1,74 @@
+package shed
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+func quiet(threshold int) *Shedder {
+	return New(Config{Threshold: threshold, Window: 5 * time.Minute, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+// step feeds readings a minute apart and reports, after each, whether sub
+// is shed.
+func step(s *Shedder, start time.Time, sub string, pending ...int) []bool {
+	var out []bool
+	for i, n := range pending {
+		counts := map[string]int{}
+		if n > int(float64(s.cfg.Threshold)*Resume) { // as the store's count would leave it out
+			counts[sub] = n
+		}
+		s.observe(start.Add(time.Duration(i)*time.Minute), counts)
+		_, on := s.Shedding(sub)
+		out = append(out, on)
+	}
+	return out
+}
+
+func TestShedsOnlyABacklogOverTheThresholdThatDoesNotShrink(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	for _, c := range []struct {
+		name    string
+		pending []int
+		want    []bool
+	}{
+		// Over 1000 from the first minute, never smaller: shed once five
+		// minutes of it have been seen.
+		{"growing", []int{1200, 1300, 1300, 1400, 1500, 1600, 1700}, []bool{false, false, false, false, false, true, true}},
+		// Over the threshold but draining: never shed.
+		{"draining", []int{5000, 4800, 4600, 4400, 4200, 4000, 3800, 3600}, []bool{false, false, false, false, false, false, false, false}},
+		// Under the threshold however long it stays: never shed.
+		{"under", []int{900, 950, 990, 1000, 1000, 1000, 1000}, []bool{false, false, false, false, false, false, false}},
+		// Shed, then drains: still shed above 80 % (no flapping), released at it.
+		{"released", []int{2000, 2000, 2000, 2000, 2000, 2000, 1500, 900, 800, 2000}, []bool{false, false, false, false, false, true, true, true, false, false}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := step(quiet(1000), start, "sub_a", c.pending...)
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("shed after each reading: %v, want %v", got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestOtherSubscriptionsAreNotShed(t *testing.T) {
+	s := quiet(10)
+	start := time.Unix(1_000_000, 0)
+	for i := range 7 {
+		s.observe(start.Add(time.Duration(i)*time.Minute), map[string]int{"sub_big": 50, "sub_small": 9})
+	}
+	if _, on := s.Shedding("sub_big"); !on {
+		t.Error("sub_big, 50 pending for 6 minutes over a threshold of 10, is not shed")
+	}
+	if _, on := s.Shedding("sub_small"); on {
+		t.Error("sub_small, under the threshold, is shed")
+	}
+	var none *Shedder
+	if _, on := none.Shedding("sub_big"); on {
+		t.Error("a nil shedder sheds")
+	}
+}
