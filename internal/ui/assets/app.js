@@ -136,7 +136,8 @@ async function subscriptionsView(params) {
       el('td', {class: 'num'}, h.pending ?? '—'),
       el('td', {class: 'num'}, h.lag_seconds === undefined ? '—' : ago(h.lag_seconds)),
       el('td', {class: 'num failed-count'}, h.failed ?? '—'),
-      el('td', {}, h.likely_configuration_error ? badge('answers ' + h.configuration_error_status, 'warn') : ''));
+      el('td', {}, h.likely_configuration_error ? badge('answers ' + h.configuration_error_status, 'warn') : '',
+        h.shedding ? badge('shedding', 'failed') : ''));
   });
   main.replaceChildren(
     el('h1', {}, 'Subscriptions', tenantParam() ? ' of ' + tenantParam() : ''),
@@ -197,6 +198,8 @@ async function subscriptionView(id, params) {
         ['Oldest pending', ago(h.lag_seconds)],
         ['Failed (replayable)', String(h.failed)],
         ['Oldest failed', when(h.oldest_failed_at)],
+        ['Shedding', h.shedding
+          ? badge('new deliveries skipped since ' + when(h.shedding_since) + ': backlog not shrinking', 'failed') : 'no'],
         ['Configuration', h.likely_configuration_error
           ? badge('endpoint rejects hookd: mostly ' + h.configuration_error_status, 'warn') : 'no sign of a problem'],
       ])),
