@@ -123,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	shedCfg.Log = cfg.Log
 	a.shed = shed.New(shedCfg)
 	a.shed.Start(st)
+	a.metrics.WatchShed(a.shed.Count)
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
 	if cfg.Retention > 0 {

@@ -49,6 +49,9 @@ func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
 	if h := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/health", nil); h["shedding_since"] == nil || h["pending"] != 8.0 {
 		t.Errorf("health while shed: %v, want shedding_since set and 8 pending", h)
 	}
+	if n := value(t, e.scrape(), "hookd_subscriptions_shed"); n != 1 {
+		t.Errorf("hookd_subscriptions_shed = %v while one subscription is shed", n)
+	}
 
 	shedEvt := e.post(e.admin, "a.b", map[string]any{"i": "shed"})
 	d := deliveryOf(shedEvt, sub)
@@ -63,6 +66,9 @@ func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
 		h := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub+"/health", nil)
 		return h["pending"] == 0.0 && h["shedding"] == false
 	})
+	if n := value(t, e.scrape(), "hookd_subscriptions_shed"); n != 0 {
+		t.Errorf("hookd_subscriptions_shed = %v after shedding ended", n)
+	}
 	after := e.post(e.admin, "a.b", map[string]any{"i": "after"})
 	e.waitDelivery(deliveryOf(after, sub)["id"].(string), "delivered", 10*time.Second)
 

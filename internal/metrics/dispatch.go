@@ -61,3 +61,14 @@ func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBreakers, s.BreakersOpen)
 	gauge(descRateLimited, s.RateLimited)
 }
+
+// WatchShed reports, at each scrape, how many subscriptions ingest sheds.
+func (m *Metrics) WatchShed(count func() int) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hookd_subscriptions_shed",
+		Help: "Subscriptions whose new deliveries ingest writes skipped: backlog over --shed-backlog and not shrinking.",
+	}, func() float64 { return float64(count()) }))
+}

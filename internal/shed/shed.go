@@ -85,6 +85,19 @@ func (s *Shedder) Shedding(subID string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// Count is how many subscriptions are shed now.
+func (s *Shedder) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, b := range s.subs {
+		if !b.since.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 // Threshold is the pending count over which shedding may start.
 func (s *Shedder) Threshold() int { return s.cfg.Threshold }
 
