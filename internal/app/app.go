@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"hookd/internal/api"
+	"hookd/internal/core"
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
@@ -122,7 +123,10 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	shedCfg := cfg.Shed
 	shedCfg.Log = cfg.Log
 	a.shed = shed.New(shedCfg)
-	a.shed.Start(st)
+	a.shed.Start(st, func(id string) bool {
+		sub, ok := reg.Get(id)
+		return ok && sub.State == core.SubActive
+	})
 	a.metrics.WatchShed(a.shed.Count)
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)

@@ -36,7 +36,9 @@ func startNode(t *testing.T, db, name string) *env {
 	// exactly-once assertions here would report. CI saw it once at 2 s.
 	// Takeover after a lapse is tested with real processes in cmd/hookd.
 	return serve(t, Config{
-		DB: db, AdminToken: adminToken, Version: "test", Node: name, LeaseTTL: 10 * time.Second,
+		// The version names the node in each delivery's User-Agent, so a
+		// failure can say which node sent what.
+		DB: db, AdminToken: adminToken, Version: "test-" + name, Node: name, LeaseTTL: 10 * time.Second,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(&log, nil)),
 	})
@@ -246,7 +248,7 @@ func whyTwice(n *env, rc *testenv.Receiver, eventID string) string {
 	var b strings.Builder
 	for _, req := range rc.Requests() {
 		if req.Header.Get("webhook-id") == eventID {
-			fmt.Fprintf(&b, "arrived %s; ", req.At.Format("15:04:05.000"))
+			fmt.Fprintf(&b, "arrived %s from %s; ", req.At.Format("15:04:05.000"), req.Header.Get("User-Agent"))
 		}
 	}
 	_, ev := n.admin.Do("GET", "/v1/events/"+eventID, nil)

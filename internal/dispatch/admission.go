@@ -140,20 +140,27 @@ type bucket struct {
 	rate   float64 // tokens per second; 0 means unlimited
 	tokens float64
 	last   time.Time
-	// sent holds the start times (unix ns) of the latest sends, oldest
-	// first from head, as many as the highest rate seen: enough to count
-	// any second's sends.
-	sent []int64
+	// sent holds the start times (monotonic, see mono) of the sends of the
+	// last rateWindow, oldest first from head: at most rate of them.
+	sent []time.Duration
 	head int
 }
 
 // catchUp is how much lateness of the dispatcher's wake-ups a bucket makes
 // up for, as a burst of at most rate×catchUp sends (still within the
-// second's rate).
+// window's rate).
 const catchUp = 20 * time.Millisecond
 
-// rateWindow is the span in which a bucket starts at most rate sends.
+// rateWindow is the span in which a bucket starts at most rate sends: a
+// little over a second, for the endpoint's second, as arrivals jitter (a
+// receiver counted 2009 in a second at 2000/s with exactly a second).
 const rateWindow = time.Second + catchUp
+
+// monoBase anchors send times on the monotonic clock: a wall clock stepped
+// back must not stall sending.
+var monoBase = time.Now()
+
+func mono(t time.Time) time.Duration { return t.Sub(monoBase) }
 
 // refill accrues tokens at the rate in force since the last look; the rate
 // may change between looks (a ramp, an edited rate_limit).
@@ -166,49 +173,66 @@ func (k *bucket) refill(now time.Time, rate float64) {
 	k.rate, k.last = rate, now
 }
 
+// ready reports whether a send may start now at rate. With no limit in
+// force (rate <= 0) the bucket forgets its tokens, so none are owed when a
+// limit returns; its record of recent sends stays.
 func (k *bucket) ready(now time.Time, rate float64) bool {
 	if rate <= 0 {
+		k.rate, k.tokens, k.last = 0, 0, time.Time{}
 		return true
 	}
 	k.refill(now, rate)
 	return k.tokens >= 1 && k.windowFree(now).IsZero()
 }
 
-// windowFree is when the last second's sends fall under the rate: zero if
-// they are under it now.
-func (k *bucket) windowFree(now time.Time) time.Time {
-	limit := max(1, int(k.rate))
-	if len(k.sent) < limit {
-		return time.Time{}
+// prune forgets sends older than the window.
+func (k *bucket) prune(now time.Time) {
+	cut := mono(now) - rateWindow
+	for k.head < len(k.sent) && k.sent[k.head] <= cut {
+		k.head++
 	}
-	// The limit-th latest send: another may start a window after it. The
-	// window is a little over a second, for the endpoint's second: arrivals
-	// jitter (a receiver counted 2009 in a second at 2000/s without it).
-	nth := k.sent[(k.head+len(k.sent)-limit)%len(k.sent)]
-	if free := time.Unix(0, nth).Add(rateWindow); free.After(now) {
-		return free
+	if k.head > 0 && k.head >= len(k.sent)/2 {
+		k.sent = append(k.sent[:0], k.sent[k.head:]...)
+		k.head = 0
+	}
+}
+
+// windowFree is when the window's sends fall under the rate: zero if they
+// are under it now.
+func (k *bucket) windowFree(now time.Time) time.Time {
+	k.prune(now)
+	limit := max(1, int(k.rate))
+	if n := len(k.sent) - k.head; n >= limit {
+		// The limit-th latest send: another may start a window after it.
+		return monoBase.Add(k.sent[len(k.sent)-limit] + rateWindow)
 	}
 	return time.Time{}
 }
 
+// recent: a send started within the window, so forgetting the bucket
+// would let the next one exceed the rate.
+func (k *bucket) recent(now time.Time) bool {
+	k.prune(now)
+	return k.head < len(k.sent)
+}
+
+// quietAt is when the last send leaves the window (zero: none in it).
+func (k *bucket) quietAt() time.Time {
+	if k.head == len(k.sent) {
+		return time.Time{}
+	}
+	return monoBase.Add(k.sent[len(k.sent)-1] + rateWindow)
+}
+
+// take spends a token for a send starting now and notes its start; without
+// a limit in force it does nothing.
 func (k *bucket) take(now time.Time) {
 	if k.rate <= 0 {
 		return
 	}
 	k.tokens--
-	t := now.UnixNano()
-	if need := max(1, int(math.Ceil(k.rate))); len(k.sent) < need {
-		// Grow to count this rate's second; a ring that was full is laid
-		// out oldest first again.
-		if k.head != 0 {
-			k.sent = append(append(make([]int64, 0, need), k.sent[k.head:]...), k.sent[:k.head]...)
-			k.head = 0
-		}
-		k.sent = append(k.sent, t)
-		return
-	}
-	k.sent[k.head] = t
-	k.head = (k.head + 1) % len(k.sent)
+	k.prune(now)
+	k.sent = append(k.sent, mono(now))
 }
 
 // nextToken is when ready will next be true.

@@ -92,3 +92,52 @@ func TestBucketFollowsARisingRate(t *testing.T) {
 		t.Errorf("%d sends, want about 4650", len(sent))
 	}
 }
+
+// With no limit in force the bucket owes nothing: a limit lifted for a
+// while (an edited rate_limit, a 429 cut that ended) and set again starts
+// fresh, instead of waiting out the sends made meanwhile.
+func TestBucketOwesNothingForUnlimitedSends(t *testing.T) {
+	var k bucket
+	now := time.Unix(1_000_000, 0)
+	for range 3 {
+		if k.ready(now, 10) {
+			k.take(now)
+		}
+	}
+	for range 100_000 { // 100 s at 1000/s with no limit
+		now = now.Add(time.Millisecond)
+		if !k.ready(now, 0) {
+			t.Fatal("not ready with no limit in force")
+		}
+		k.take(now)
+	}
+	now = now.Add(time.Millisecond)
+	if !k.ready(now, 100) {
+		t.Fatalf("limit set again: next send at +%v, want now", k.nextToken(now).Sub(now))
+	}
+}
+
+// An idle lane that sent within the rate window is kept, bucket and all,
+// and let go once the window has passed: forgetting it at once gave a
+// rate_limit of 1 four sends in one second.
+func TestIdleLaneKeepsItsBucketForTheWindow(t *testing.T) {
+	b := setup(t)
+	d := New(Config{Store: b.store, Subs: b.subs})
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, l := d.lane("limited.example:443", "sub_1")
+	l.bucket.ready(now, 1)
+	l.bucket.take(now)
+	d.forgetIdle(h, now.Add(rateWindow/2))
+	if d.hosts[h.name] == nil || h.lanes["sub_1"] != l {
+		t.Fatal("a lane that sent half a window ago was forgotten with its bucket")
+	}
+	if l.bucket.ready(now.Add(rateWindow/2), 1) {
+		t.Error("a second send within the window of a rate of 1 is allowed")
+	}
+	d.forgetIdle(h, now.Add(rateWindow))
+	if d.hosts[h.name] != nil {
+		t.Error("the idle lane is kept after its window passed")
+	}
+}

@@ -376,7 +376,7 @@ func (d *Dispatcher) pump(h *host, now time.Time) {
 		}
 	}
 	d.schedule(h, now)
-	d.forgetIdle(h)
+	d.forgetIdle(h, now)
 	for len(d.moves) > 0 {
 		m := d.moves[0]
 		d.moves = d.moves[1:]
@@ -413,7 +413,8 @@ func (d *Dispatcher) healthy(h *host, now time.Time) bool {
 // share the host's cap fairly. Paused, disabled or deleted subscriptions'
 // queued work is dropped from memory (it stays in the store as it should).
 func (d *Dispatcher) pick(h *host, now time.Time) (*lane, *core.Subscription) {
-	if r := h.aimd.current(now); r > 0 && !h.aimdBucket.ready(now, r) {
+	// Asked even with no cut in force, so the bucket owes nothing when one returns.
+	if !h.aimdBucket.ready(now, h.aimd.current(now)) {
 		return nil, nil
 	}
 	var best *lane
@@ -559,6 +560,9 @@ func (d *Dispatcher) schedule(h *host, now time.Time) {
 	}
 	for id, l := range h.lanes {
 		earliest(l.storeDue)
+		if l.queued() == 0 {
+			earliest(l.bucket.quietAt()) // then forgetIdle may let an idle rate-limited lane go
+		}
 		if l.queued() > 0 {
 			if sub, ok := d.cfg.Subs.Get(id); ok && l.inflight < d.laneCap(sub) {
 				earliest(l.bucket.nextToken(now))
@@ -587,9 +591,11 @@ func (d *Dispatcher) schedule(h *host, now time.Time) {
 
 // forgetIdle drops lanes and hosts with nothing in memory, nothing
 // scheduled and nothing to remember, so memory follows active destinations.
-func (d *Dispatcher) forgetIdle(h *host) {
+func (d *Dispatcher) forgetIdle(h *host, now time.Time) {
 	for id, l := range h.lanes {
-		if l.queued() == 0 && l.inflight == 0 && len(l.known) == 0 && !l.refilling && l.storeDue.IsZero() {
+		// A lane that sent within the rate window keeps its bucket: a fresh
+		// one would let the next send exceed the subscription's rate.
+		if l.queued() == 0 && l.inflight == 0 && len(l.known) == 0 && !l.refilling && l.storeDue.IsZero() && !l.bucket.recent(now) {
 			delete(h.lanes, id)
 		}
 	}
@@ -818,7 +824,9 @@ func (d *Dispatcher) disable(subID, reason string) {
 	defer cancel()
 	if err := d.cfg.Store.SubscriptionUpdate(ctx, s); err != nil {
 		if now, ok := d.cfg.Subs.Get(subID); ok && now.UpdatedAt.Equal(s.UpdatedAt) {
-			d.cfg.Subs.Put(*cur)
+			back := *cur
+			back.UpdatedAt = s.UpdatedAt // Put keeps the newest; this is the undo of s
+			d.cfg.Subs.Put(back)
 		}
 		d.cfg.Log.Error("disabling subscription", "subscription", subID, "err", err)
 		return

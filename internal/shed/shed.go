@@ -40,11 +40,12 @@ type Config struct {
 // Shedder holds the decision per subscription; Shedding is safe to call
 // from ingest at any time.
 type Shedder struct {
-	cfg  Config
-	mu   sync.Mutex
-	subs map[string]*backlog
-	quit chan struct{}
-	done chan struct{}
+	cfg    Config
+	active func(subID string) bool // nil: every subscription counts
+	mu     sync.Mutex
+	subs   map[string]*backlog
+	quit   chan struct{}
+	done   chan struct{}
 }
 
 type sample struct {
@@ -115,6 +116,12 @@ func (s *Shedder) observe(now time.Time, counts map[string]int) {
 		}
 	}
 	for id, n := range counts {
+		if s.active != nil && !s.active(id) {
+			// A paused subscription's backlog grows by the operator's choice:
+			// it is held, not failing, and is judged afresh once it resumes.
+			delete(s.subs, id)
+			continue
+		}
 		b := s.subs[id]
 		if b == nil {
 			if n <= s.cfg.Threshold {
@@ -142,9 +149,11 @@ func (s *Shedder) observe(now time.Time, counts map[string]int) {
 	}
 }
 
-// Start reads the counts now and every cfg.Every until Stop. With shedding
-// turned off it does nothing.
-func (s *Shedder) Start(c Counter) {
+// Start reads the counts now and every cfg.Every until Stop, judging only
+// subscriptions active says are active. With shedding turned off it does
+// nothing.
+func (s *Shedder) Start(c Counter, active func(subID string) bool) {
+	s.active = active
 	s.quit, s.done = make(chan struct{}), make(chan struct{})
 	if s.cfg.Threshold <= 0 {
 		close(s.done)

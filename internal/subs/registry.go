@@ -52,10 +52,15 @@ func New(list []core.Subscription) *Registry {
 	return r
 }
 
-// Put adds or replaces a subscription. The registry keeps its own copy.
+// Put adds or replaces a subscription, unless the registry holds a newer
+// version of it (a later UpdatedAt): two changes whose store writes
+// interleave may reach Put in either order. The registry keeps its own copy.
 func (r *Registry) Put(s core.Subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if cur, ok := r.byID[s.ID]; ok && cur.UpdatedAt.After(s.UpdatedAt) {
+		return
+	}
 	r.touch(s.ID)
 	r.byID[s.ID] = &s
 	m := r.members(s.TenantID)

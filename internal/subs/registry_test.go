@@ -3,6 +3,7 @@ package subs
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"hookd/internal/core"
 )
@@ -63,6 +64,22 @@ func TestPutAndRemoveKeepIndexCurrent(t *testing.T) {
 	}
 	if _, ok := r.Get("s1"); ok {
 		t.Error("Get finds a removed subscription")
+	}
+}
+
+// Two changes whose store writes interleave can reach Put out of order (a
+// disable whose skip runs in batches, then a pause): the newer one stays.
+func TestPutKeepsTheNewerVersion(t *testing.T) {
+	r := New(nil)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.Put(core.Subscription{ID: "s1", TenantID: "t", EventTypes: []string{"a.b"}, State: core.SubPaused, UpdatedAt: t0.Add(time.Second)})
+	r.Put(core.Subscription{ID: "s1", TenantID: "t", EventTypes: []string{"a.b"}, State: core.SubDisabled, UpdatedAt: t0})
+	if s, _ := r.Get("s1"); s.State != core.SubPaused {
+		t.Errorf("after an older Put the registry says %s, want the newer paused", s.State)
+	}
+	r.Put(core.Subscription{ID: "s1", TenantID: "t", EventTypes: []string{"a.b"}, State: core.SubActive, UpdatedAt: t0.Add(time.Second)})
+	if s, _ := r.Get("s1"); s.State != core.SubActive {
+		t.Errorf("a Put as new as the held one is ignored: %s", s.State)
 	}
 }
 

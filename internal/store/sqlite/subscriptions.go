@@ -170,11 +170,15 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		}
 		return nil
 	}))
-	if err != nil || (sub.State != core.SubDisabled && sub.Host == oldHost) {
+	switch {
+	case err != nil:
 		return err
+	case sub.State == core.SubDisabled:
+		s.followUp(ctx, sub.ID, sub.UpdatedAt, skipPending)
+	case sub.Host != oldHost:
+		s.followUp(ctx, sub.ID, sub.UpdatedAt, movePending)
 	}
-	// The pending deliveries follow in batches of their own.
-	return s.followUp(ctx, sub.ID, sub.UpdatedAt)
+	return nil
 }
 
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
@@ -187,7 +191,8 @@ func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now
 	if err != nil {
 		return err
 	}
-	return s.followUp(ctx, id, now)
+	s.followUp(ctx, id, now, skipPending)
+	return nil
 }
 
 // followBatch is how many pending deliveries one follow-up transaction
@@ -196,14 +201,25 @@ func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now
 // memory (+130 MB for 200,000 rows).
 const followBatch = 1000
 
-// followUp brings a subscription's pending deliveries in line with its row,
-// in transactions of followBatch: a disabled or deleted subscription's are
-// skipped (not sent, still replayable); a live one's move to its current
-// host, so they are admitted and sharded under the host they will hit.
-// Each batch re-reads the row, so a change made meanwhile wins. Dispatch
-// never sends a pending delivery of a subscription that is not active,
-// and Open finishes what a crash interrupted.
-func (s *Store) followUp(ctx context.Context, subID string, now time.Time) error {
+type followWork int
+
+const (
+	skipPending followWork = iota // a disabled or deleted subscription's are skipped
+	movePending                   // a live one's move to its current host
+)
+
+// followUp brings a subscription's pending deliveries in line with its row
+// once that has committed, in transactions of followBatch: skipped (not
+// sent, still replayable) once it is disabled or deleted, or moved to its
+// current host, so they are admitted and sharded under the host they will
+// hit. Each batch re-reads the row and stops once the row no longer calls
+// for the work, so a change made meanwhile wins. The row change is what
+// the caller asked for and it has committed: neither the caller going away
+// nor a failed batch undoes it. What is left pending is never sent
+// (dispatch sends only active subscriptions' work), and Open finishes it.
+func (s *Store) followUp(ctx context.Context, subID string, now time.Time, work followWork) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
 	after := "" // moves walk the subscription's deliveries by ID: moved ones stay pending
 	for {
 		var n int64
@@ -219,8 +235,12 @@ func (s *Store) followUp(ctx context.Context, subID string, now time.Time) error
 			if err != nil {
 				return err
 			}
+			gone := deleted || state == string(core.SubDisabled)
+			if gone != (work == skipPending) {
+				return nil // n stays 0: the row changed again, and its own call follows up
+			}
 			var res sql.Result
-			if deleted || state == string(core.SubDisabled) {
+			if gone {
 				res, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = 'skipped', updated_at = ?
 					WHERE id IN (SELECT id FROM deliveries INDEXED BY deliveries_subscription_due
 						WHERE subscription_id = ? AND state = 'pending' LIMIT ?)`,
@@ -246,7 +266,7 @@ func (s *Store) followUp(ctx context.Context, subID string, now time.Time) error
 			return err
 		})
 		if err != nil || n < followBatch {
-			return mapErr(err)
+			return
 		}
 		after = next
 	}
@@ -278,9 +298,7 @@ func (s *Store) finishFollowUps(ctx context.Context) error {
 		return err
 	}
 	for _, id := range ids {
-		if err := s.followUp(ctx, id, time.Now().UTC()); err != nil {
-			return err
-		}
+		s.followUp(ctx, id, time.Now().UTC(), skipPending)
 	}
 	return nil
 }
