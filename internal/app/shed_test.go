@@ -14,19 +14,21 @@ import (
 	"hookd/internal/testenv"
 )
 
-// R4's escape valve, end to end: a subscription whose backlog is over the
-// threshold and not shrinking has its new deliveries written skipped (and
-// says so on /health), while the event still reaches everyone else; once
-// the backlog drains it is sent to again, and what was shed replays. A
-// paused subscription's backlog is held by choice and never shed.
-func TestPausedBacklogIsNotShed(t *testing.T) {
-	t.Parallel()
-	e := serve(t, Config{
+// shedding starts a SQLite node that sheds a backlog over 5 pending that
+// has not shrunk for window.
+func shedding(t *testing.T, window time.Duration) *env {
+	return serve(t, Config{
 		DB: filepath.Join(t.TempDir(), "hookd.db"), AdminToken: adminToken, Version: "test",
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Shed:          shed.Config{Threshold: 5, Window: 100 * time.Millisecond, Every: 20 * time.Millisecond},
+		Shed:          shed.Config{Threshold: 5, Window: window, Every: window / 5},
 	})
+}
+
+// A paused subscription's backlog is held by choice and never shed.
+func TestPausedBacklogIsNotShed(t *testing.T) {
+	t.Parallel()
+	e := shedding(t, 100*time.Millisecond)
 	rc := testenv.NewReceiver(t)
 	sub, _ := e.subscribe(e.admin, rc.URL, []string{"*"}, nil)
 	e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "paused"})
@@ -52,12 +54,7 @@ func TestPausedBacklogIsNotShed(t *testing.T) {
 // the backlog drains it is sent to again, and what was shed replays.
 func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
 	t.Parallel()
-	e := serve(t, Config{
-		DB: filepath.Join(t.TempDir(), "hookd.db"), AdminToken: adminToken, Version: "test",
-		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Shed:          shed.Config{Threshold: 5, Window: 300 * time.Millisecond, Every: 50 * time.Millisecond},
-	})
+	e := shedding(t, 300*time.Millisecond)
 	// The endpoint holds every request until released: its backlog (in
 	// flight or waiting) grows with each event and does not shrink.
 	slow, other := testenv.NewReceiver(t), testenv.NewReceiver(t)
