@@ -128,7 +128,8 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		return ok && sub.State == core.SubActive
 	})
 	a.metrics.WatchShed(a.shed.Count)
-	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed))
+	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed),
+		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)

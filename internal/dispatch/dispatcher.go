@@ -126,8 +126,11 @@ type lane struct {
 	// queues hold work; a whole credit buys the backlog a start.
 	backlogCredit float64
 	// known holds every delivery of the lane in memory, in flight, or
-	// awaiting its result write: a refill must not fetch it again.
+	// awaiting its result write, or reserved: a refill must not fetch it again.
 	known map[string]bool
+	// reserved are known deliveries this node's ingest is committing: its
+	// hand-off (Notify) brings them, however late it comes.
+	reserved map[string]bool
 	// retries are known deliveries whose retry time is not yet in the store.
 	retries map[string]time.Time
 	// storeDue is when the store may next hold due work this lane does not
@@ -209,6 +212,67 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return nil
 }
 
+// Reserve is told of the deliveries this node's ingest is about to commit.
+// Until Notify hands them over (or Release), no refill takes them: a refill
+// that found one committed before a slow hand-off (68 ms under load) sent
+// it and recorded it, and the hand-off then sent it again.
+func (d *Dispatcher) Reserve(batch []store.EventInsert) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range batch {
+		for k := range batch[i].Deliveries {
+			dl := &batch[i].Deliveries[k]
+			if dl.State != core.DeliveryPending || !d.ownsHost(dl.Host) {
+				continue
+			}
+			_, l := d.lane(dl.Host, dl.SubscriptionID)
+			if l.known[dl.ID] {
+				continue
+			}
+			if l.reserved == nil {
+				l.reserved = map[string]bool{}
+			}
+			l.known[dl.ID], l.reserved[dl.ID] = true, true
+		}
+	}
+}
+
+// Release undoes Reserve for deliveries that will not be handed over: a
+// repeated idempotency key wrote none, or a failed commit may yet have
+// landed, so the store is asked.
+func (d *Dispatcher) Release(batch []store.EventInsert) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	touched := map[*host]bool{}
+	for i := range batch {
+		for k := range batch[i].Deliveries {
+			dl := &batch[i].Deliveries[k]
+			h := d.hosts[dl.Host]
+			if h == nil {
+				continue
+			}
+			if l := h.lanes[dl.SubscriptionID]; l != nil && l.unreserve(dl.ID) {
+				l.due(now)
+				touched[h] = true
+			}
+		}
+	}
+	for h := range touched {
+		d.pump(h, now)
+	}
+}
+
+// unreserve forgets a reservation; it reports whether there was one.
+func (l *lane) unreserve(id string) bool {
+	if !l.reserved[id] {
+		return false
+	}
+	delete(l.reserved, id)
+	delete(l.known, id)
+	return true
+}
+
 // Notify hands over deliveries just committed, so they go out without
 // waiting for a poll. Those that do not fit a window stay in the store and
 // are fetched when there is room. Those on shards another node holds are
@@ -225,7 +289,7 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 		}
 		h, l := d.lane(j.Delivery.Host, j.Delivery.SubscriptionID)
 		touched[h] = true
-		if l.known[j.Delivery.ID] {
+		if !l.unreserve(j.Delivery.ID) && l.known[j.Delivery.ID] {
 			continue
 		}
 		// An ordered delivery may wait on a predecessor: the store decides

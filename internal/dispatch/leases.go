@@ -96,6 +96,9 @@ func (d *Dispatcher) mayStart(now time.Time) bool {
 func (d *Dispatcher) disown(h *host) {
 	for _, l := range h.lanes {
 		d.drop(l)
+		for id := range l.reserved { // their hand-off will find the host not ours
+			l.unreserve(id)
+		}
 		l.storeDue = time.Time{}
 	}
 	if !d.busy(h) && d.hosts[h.name] == h {

@@ -188,7 +188,7 @@ func (s *sim) start() {
 	if err := s.d.Start(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
-	s.ingest = ingest.New(s.store, s.subs, s.d.Notify)
+	s.ingest = ingest.New(s.store, s.subs, s.d.Notify, ingest.WithReservations(s.d.Reserve, s.d.Release))
 }
 
 // stop shuts the node down; every goroutine of the bubble must end.

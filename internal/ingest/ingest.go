@@ -46,8 +46,10 @@ type Ingester struct {
 	store  store.Store
 	subs   *subs.Registry
 	notify func([]core.Job)
-	m      *metrics.Metrics
-	shed   *shed.Shedder // nil: nothing is shed
+	// reserve and release (nil: none) bracket a commit; see WithReservations.
+	reserve, release func([]store.EventInsert)
+	m                *metrics.Metrics
+	shed             *shed.Shedder // nil: nothing is shed
 
 	in        chan request
 	committed chan committed // to answer, in commit order
@@ -69,6 +71,14 @@ type Option func(*Ingester)
 // WithMetrics counts accepted and repeated events, deliveries created and
 // group commits (size and duration).
 func WithMetrics(m *metrics.Metrics) Option { return func(in *Ingester) { in.m = m } }
+
+// WithReservations has reserve told of a batch's deliveries before its
+// commit, and release told of those the hand-off will not bring (the
+// commit failed, or an idempotency key repeated), so that no refill sends
+// a delivery before its hand-off does.
+func WithReservations(reserve, release func([]store.EventInsert)) Option {
+	return func(in *Ingester) { in.reserve, in.release = reserve, release }
+}
 
 // WithShedder writes the deliveries of subscriptions it sheds skipped.
 func WithShedder(s *shed.Shedder) Option { return func(in *Ingester) { in.shed = s } }
@@ -166,6 +176,9 @@ func (in *Ingester) commit(batch []request) {
 		ev.CreatedAt = now
 		inserts[i] = store.EventInsert{Event: ev, Deliveries: in.fanOut(ev, now)}
 	}
+	if in.reserve != nil {
+		in.reserve(inserts)
+	}
 	// The commit outlives any one caller: it is shared by the whole batch.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	began := time.Now()
@@ -173,6 +186,9 @@ func (in *Ingester) commit(batch []request) {
 	took := time.Since(began)
 	cancel()
 	if err != nil {
+		if in.release != nil {
+			in.release(inserts)
+		}
 		if len(batch) > 1 {
 			// One bad event must not fail its neighbours: retry them alone.
 			for _, r := range batch {
@@ -183,9 +199,8 @@ func (in *Ingester) commit(batch []request) {
 		batch[0].reply <- reply{err: err}
 		return
 	}
-	// The hand-off to the dispatcher happens here, at once: were it late, a
-	// refill could meanwhile fetch, send and record a delivery, and the late
-	// hand-off would send it again.
+	// The hand-off to the dispatcher happens here, at once; the reservation
+	// keeps refills off these deliveries however late it comes.
 	n := 0
 	for _, res := range results {
 		n += len(res.Deliveries)
@@ -203,6 +218,17 @@ func (in *Ingester) commit(batch []request) {
 	}
 	if len(jobs) > 0 && in.notify != nil {
 		in.notify(jobs)
+	}
+	if in.release != nil {
+		var repeated []store.EventInsert // their deliveries were never written
+		for i, res := range results {
+			if res.Duplicate {
+				repeated = append(repeated, inserts[i])
+			}
+		}
+		if len(repeated) > 0 {
+			in.release(repeated)
+		}
 	}
 	in.m.DeliveriesCreated(len(jobs), skipped)
 	in.committed <- committed{batch: batch, results: results, took: took}
