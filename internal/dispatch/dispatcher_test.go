@@ -60,6 +60,14 @@ func (b *bundle) subscription(t *testing.T, host string) core.Subscription {
 // crashed node would have left them.
 func (b *bundle) pending(t *testing.T, sub core.Subscription, n int) []string {
 	t.Helper()
+	batch, ids := pendingBatch(sub, n)
+	b.commit(t, batch)
+	return ids
+}
+
+// pendingBatch is what ingest would write for n events to sub, one pending
+// delivery each.
+func pendingBatch(sub core.Subscription, n int) ([]store.EventInsert, []string) {
 	now := time.Now().UTC()
 	var batch []store.EventInsert
 	var ids []string
@@ -72,10 +80,14 @@ func (b *bundle) pending(t *testing.T, sub core.Subscription, n int) []string {
 		batch = append(batch, store.EventInsert{Event: ev, Deliveries: []core.Delivery{d}})
 		ids = append(ids, d.ID)
 	}
+	return batch, ids
+}
+
+func (b *bundle) commit(t *testing.T, batch []store.EventInsert) {
+	t.Helper()
 	if _, err := b.store.EventInsertBatch(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
-	return ids
 }
 
 func (b *bundle) start(t *testing.T, s Sender, window int) *Dispatcher {

@@ -103,19 +103,13 @@ func TestRefillLeavesReservedDeliveriesToTheirHandOff(t *testing.T) {
 		mu.Unlock()
 		return send.Outcome{Class: send.Delivered, StatusCode: 200}
 	}), 0)
-	now := time.Now().UTC()
-	ev := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "a.b", Payload: []byte(`{}`), CreatedAt: now}
-	dl := core.Delivery{ID: core.NewID("dlv"), EventID: ev.ID, SubscriptionID: sub.ID, TenantID: ev.TenantID,
-		EventType: ev.Type, Host: sub.Host, Shard: core.ShardOf(sub.Host), State: core.DeliveryPending,
-		NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
-	batch := []store.EventInsert{{Event: ev, Deliveries: []core.Delivery{dl}}}
+	batch, _ := pendingBatch(sub, 1)
+	ev, dl := batch[0].Event, batch[0].Deliveries[0]
 
 	// What ingest does: reserve, commit; then a refill runs (another
 	// node's notification, a resync) before the hand-off.
 	d.Reserve(batch)
-	if _, err := b.store.EventInsertBatch(context.Background(), batch); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, batch)
 	d.Wake(sub.Host, sub.ID)
 	testenv.Eventually(t, 5*time.Second, "the woken lane's refill to finish", func() bool {
 		d.mu.Lock()
@@ -154,16 +148,10 @@ func TestReleasedReservationIsFetchedFromTheStore(t *testing.T) {
 		sent.Add(1)
 		return send.Outcome{Class: send.Delivered, StatusCode: 200}
 	}), 0)
-	now := time.Now().UTC()
-	ev := core.Event{ID: core.NewID("evt"), TenantID: core.DefaultTenant, Type: "a.b", Payload: []byte(`{}`), CreatedAt: now}
-	dl := core.Delivery{ID: core.NewID("dlv"), EventID: ev.ID, SubscriptionID: sub.ID, TenantID: ev.TenantID,
-		EventType: ev.Type, Host: sub.Host, Shard: core.ShardOf(sub.Host), State: core.DeliveryPending,
-		NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
-	batch := []store.EventInsert{{Event: ev, Deliveries: []core.Delivery{dl}}}
+	batch, _ := pendingBatch(sub, 1)
+	dl := batch[0].Deliveries[0]
 	d.Reserve(batch)
-	if _, err := b.store.EventInsertBatch(context.Background(), batch); err != nil {
-		t.Fatal(err)
-	}
+	b.commit(t, batch)
 	d.Release(batch) // as if the commit had reported an error though it landed
 	testenv.Eventually(t, 5*time.Second, "the released delivery to be fetched and sent", func() bool { return sent.Load() == 1 })
 	d.mu.Lock()
