@@ -740,18 +740,25 @@ func (d *Dispatcher) attempt(h *host, l *lane, sub *core.Subscription, j *core.J
 	d.cfg.Metrics.Attempt(r.outcome(), out.Duration)
 
 	d.mu.Lock()
-	now := time.Now()
-	h.inflight--
-	l.inflight--
-	d.observe(h, sub.ID, out, probe, now)
+	d.observe(h, sub.ID, out, probe, time.Now())
 	if r.State == core.DeliveryPending {
 		l.retries[j.Delivery.ID] = r.NextAttemptAt
 		l.due(r.NextAttemptAt)
 	}
-	d.pump(h, now)
+	if !d.results.tryAdd(r) {
+		// The store is behind: keep this attempt's slot until the writer
+		// takes its result, so the host's cap also bounds the results
+		// waiting in memory. Freeing it first started an attempt (and a
+		// goroutine) per finished one, each then waiting here: 36,000
+		// goroutines and 540 MB when ingest kept the writer busy.
+		d.mu.Unlock()
+		d.results.add(r)
+		d.mu.Lock()
+	}
+	h.inflight--
+	l.inflight--
+	d.pump(h, time.Now())
 	d.mu.Unlock()
-
-	d.results.add(r)
 }
 
 // observe feeds one outcome to the host's admission state and the

@@ -619,3 +619,60 @@ func TestSimFleetForADayLosesNothing(t *testing.T) {
 		}
 	})
 }
+
+// stuckResults is a store whose result writes wait for release.
+type stuckResults struct {
+	store.Store
+	release chan struct{}
+}
+
+func (s stuckResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	<-s.release
+	return s.Store.DeliveryRecordResults(ctx, rs)
+}
+
+// With the store behind on results, attempts stop once the writer's queue
+// is full: their goroutines and results wait in memory, so sending more
+// would grow memory with the backlog (36,000 goroutines in a bench run).
+func TestSimStoreBehindStopsAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		release := make(chan struct{})
+		ep, sub := s.endpoint("fast", ok(time.Millisecond))
+		s.store = stuckResults{Store: s.store, release: release}
+		s.start()
+		const n = 16020 // more than the writer can hold, in 30 workers' shares
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range n / 30 {
+					s.post("sim.fast", "")
+				}
+			}()
+		}
+		wg.Wait()
+		time.Sleep(time.Minute) // all that can be sent is, many times over
+		// One batch in the writer, its queue, and one result per slot.
+		most := maxResults + cap(s.d.results.in) + core.DefaultHostConcurrency
+		sent := len(ep.snapshot())
+		if sent > most || sent < cap(s.d.results.in) {
+			t.Errorf("with result writes stuck, %d of %d deliveries were sent; want between %d and %d", sent, n, cap(s.d.results.in), most)
+		}
+		close(release)
+		time.Sleep(time.Hour) // fake time: every delivery's first attempt is due long before
+		if st := s.states(sub); st[core.DeliveryDelivered] != n {
+			t.Errorf("after the store caught up: %v, want all %d delivered", st, n)
+		}
+		s.stop()
+		perEvent := map[string]int{}
+		for _, a := range ep.snapshot() {
+			perEvent[a.eventID]++
+		}
+		if len(perEvent) != n || len(ep.snapshot()) != n {
+			t.Errorf("%d attempts for %d events, want one each for %d", len(ep.snapshot()), len(perEvent), n)
+		}
+		t.Logf("%d sent while results were stuck; all %d delivered once after", sent, n)
+	})
+}
