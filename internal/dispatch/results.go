@@ -36,26 +36,22 @@ func (r *result) outcome() metrics.Outcome {
 }
 
 // resultWriter writes attempt results in batches: one transaction per
-// flushInterval or per maxResults, whichever comes first. Until a result is
+// interval or per batch results, whichever comes first. Until a result is
 // written its delivery is still pending in the store, so a crash resends it.
 type resultWriter struct {
 	store    store.Store
 	interval time.Duration
+	batch    int
 	log      *slog.Logger
 	written  func([]result) // called after every successful write
 	in       chan result
 	done     chan struct{}
 }
 
-// maxResults is large because under heavy ingest a batch rides an ingest
-// commit of up to 256 events (2,560 deliveries at fanout 10): at 512 the
-// results fell behind and delivery dropped to a third. The queue holds two
-// batches more, about 10 MB with 1 KiB answers.
-const maxResults = 4096
-
-func newResultWriter(st store.Store, interval time.Duration, log *slog.Logger, written func([]result)) *resultWriter {
-	w := &resultWriter{store: st, interval: interval, log: log, written: written,
-		in: make(chan result, maxResults*2), done: make(chan struct{})}
+// newResultWriter queues two batches more than the one being written.
+func newResultWriter(st store.Store, interval time.Duration, batch int, log *slog.Logger, written func([]result)) *resultWriter {
+	w := &resultWriter{store: st, interval: interval, batch: batch, log: log, written: written,
+		in: make(chan result, batch*2), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -92,7 +88,7 @@ func (w *resultWriter) loop() {
 		timer := time.NewTimer(w.interval)
 		open := true
 	collect:
-		for len(batch) < maxResults {
+		for len(batch) < w.batch {
 			select {
 			case r, more := <-w.in:
 				if !more {

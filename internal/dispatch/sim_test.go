@@ -182,9 +182,13 @@ func (s *sim) endpoint(name string, behave behaviour, edit ...func(*core.Subscri
 	return ep, sub
 }
 
-func (s *sim) start() {
-	s.d = New(Config{Store: s.store, Subs: s.subs, Sender: s.fleet,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+func (s *sim) start(edit ...func(*Config)) {
+	cfg := Config{Store: s.store, Subs: s.subs, Sender: s.fleet,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	s.d = New(cfg)
 	if err := s.d.Start(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
@@ -634,14 +638,15 @@ func (s stuckResults) DeliveryRecordResults(ctx context.Context, rs []store.Atte
 // With the store behind on results, attempts stop once the writer's queue
 // is full: their goroutines and results wait in memory, so sending more
 // would grow memory with the backlog (36,000 goroutines in a bench run).
+// A small batch keeps the test short; the bound is the same at any size.
 func TestSimStoreBehindStopsAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
 		release := make(chan struct{})
 		ep, sub := s.endpoint("fast", ok(time.Millisecond))
 		s.store = stuckResults{Store: s.store, release: release}
-		s.start()
-		const n = 16020 // more than the writer can hold, in 30 workers' shares
+		s.start(func(c *Config) { c.ResultBatch = 50 })
+		const n = 600 // more than the writer can hold, in 30 workers' shares
 		var wg sync.WaitGroup
 		for range 30 {
 			wg.Add(1)
@@ -655,7 +660,7 @@ func TestSimStoreBehindStopsAttempts(t *testing.T) {
 		wg.Wait()
 		time.Sleep(time.Minute) // all that can be sent is, many times over
 		// One batch in the writer, its queue, and one result per slot.
-		most := maxResults + cap(s.d.results.in) + core.DefaultHostConcurrency
+		most := 50 + cap(s.d.results.in) + core.DefaultHostConcurrency
 		sent := len(ep.snapshot())
 		if sent > most || sent < cap(s.d.results.in) {
 			t.Errorf("with result writes stuck, %d of %d deliveries were sent; want between %d and %d", sent, n, cap(s.d.results.in), most)
