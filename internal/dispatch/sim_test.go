@@ -681,3 +681,104 @@ func TestSimStoreBehindStopsAttempts(t *testing.T) {
 		t.Logf("%d sent while results were stuck; all %d delivered once after", sent, n)
 	})
 }
+
+// slowResults is a store whose result writes each take delay.
+type slowResults struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s slowResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	time.Sleep(s.delay)
+	return s.Store.DeliveryRecordResults(ctx, rs)
+}
+
+// scanMisses lists the due deliveries a lane's refill would pass over: at
+// or before the position it resumes from, pending, and not held.
+func (d *Dispatcher) scanMisses(st store.Store) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, h := range d.hosts {
+		for _, l := range h.lanes {
+			if l.scanAt.IsZero() {
+				continue
+			}
+			jobs, _, err := st.DeliveryDue(context.Background(), store.DeliveryDueParams{SubscriptionID: l.subID, Now: time.Now(), Limit: 1 << 20})
+			if err != nil {
+				panic(err)
+			}
+			for _, j := range jobs {
+				at, id := j.Delivery.NextAttemptAt, j.Delivery.ID
+				passed := at.Before(l.scanAt) || (at.Equal(l.scanAt) && id <= l.scanID)
+				if passed && !l.known[id] {
+					out = append(out, id)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// A refill resumes after its last page instead of skipping every held
+// delivery in the query. That is only right while nothing it passed comes
+// back: here results are written seconds late, after their retry time,
+// and a backlog less deep than that keeps refills full and close to now,
+// so retries fall behind the position. At every step no due delivery may sit behind it unheld, and
+// with resync off (the safety net) everything still arrives.
+func TestSimResumedRefillsPassNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var mu sync.Mutex
+		tried := map[string]int{}
+		// The first attempt of every third event fails.
+		fails := func(now time.Time, n int, eventID string) reply {
+			mu.Lock()
+			defer mu.Unlock()
+			tried[eventID]++
+			if tried[eventID] == 1 && len(tried)%3 == 0 {
+				return reply{status: 500, latency: 10 * time.Millisecond}
+			}
+			return reply{status: 200, latency: 10 * time.Millisecond}
+		}
+		// A rate just under the traffic keeps a backlog a few seconds deep,
+		// less than the results' delay: retries land behind the position.
+		ep, sub := s.endpoint("churn", fails, func(sub *core.Subscription) {
+			sub.RetrySchedule = []time.Duration{500 * time.Millisecond}
+			sub.RateLimit = 45
+		})
+		s.store = slowResults{Store: s.store, delay: 5 * time.Second}
+		s.start(func(c *Config) { c.Window, c.FreshWindow, c.Resync = 4, 1, 24*time.Hour })
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.churn", 20*time.Millisecond, 30*time.Second)
+		resumed, checks := 0, 0
+		for range 400 {
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			if miss := s.d.scanMisses(s.store); len(miss) > 0 {
+				t.Errorf("at +%d checks: %d due deliveries behind a refill's position, unheld: %v", checks, len(miss), miss[:min(3, len(miss))])
+				break
+			}
+			checks++
+			s.d.mu.Lock()
+			for _, h := range s.d.hosts {
+				for _, l := range h.lanes {
+					if !l.scanAt.IsZero() {
+						resumed++
+					}
+				}
+			}
+			s.d.mu.Unlock()
+		}
+		wg.Wait()
+		time.Sleep(10 * time.Minute)
+		if st := s.states(sub); st[core.DeliveryDelivered] != 1500 || len(st) != 1 {
+			t.Errorf("states %v, want all 1500 delivered", st)
+		}
+		s.stop()
+		if resumed < checks/4 {
+			t.Errorf("a refill position was in force at %d of %d checks: the test no longer exercises resuming", resumed, checks)
+		}
+		t.Logf("%d attempts; a refill position in force at %d of %d checks", len(ep.snapshot()), resumed, checks)
+	})
+}

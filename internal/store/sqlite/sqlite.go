@@ -30,7 +30,7 @@ type Store struct {
 	w *sql.DB // exactly one connection; BEGIN IMMEDIATE
 	r *sql.DB // read-only pool
 
-	stmts map[string]*sql.Stmt // hotWrites, prepared once on w at Open
+	stmts map[string]*sql.Stmt // hotWrites prepared once on w, hotReads on r, at Open
 
 	rides riders // result batches waiting to be written (rides.go)
 }
@@ -40,6 +40,10 @@ type Store struct {
 // one writer connection and reused by every transaction.
 var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subOrderedSQL, nextSeqSQL},
 	insertDeliveries.sqls, insertAttempts.sqls, updateResults.sqls)
+
+// hotReads are the dispatcher's refill queries: parsing them cost as much
+// as running them (half of a refill under heavy ingest).
+var hotReads = []string{dueQuery, nextDueQuery}
 
 // rowChunks are the row counts a multi-row statement is prepared for; n rows
 // go out as the fewest statements (10 = 8 + 2). One statement per row costs
@@ -164,6 +168,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	st := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}
 	for _, q := range hotWrites {
 		p, err := w.PrepareContext(ctx, q)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("sqlite: prepare: %w", err)
+		}
+		st.stmts[q] = p
+	}
+	for _, q := range hotReads {
+		p, err := r.PrepareContext(ctx, q)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("sqlite: prepare: %w", err)
