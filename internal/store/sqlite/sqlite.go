@@ -166,21 +166,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	st := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}
-	for _, q := range hotWrites {
-		p, err := w.PrepareContext(ctx, q)
-		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	for db, qs := range map[*sql.DB][]string{w: hotWrites, r: hotReads} {
+		for _, q := range qs {
+			p, err := db.PrepareContext(ctx, q)
+			if err != nil {
+				st.Close()
+				return nil, fmt.Errorf("sqlite: prepare: %w", err)
+			}
+			st.stmts[q] = p
 		}
-		st.stmts[q] = p
-	}
-	for _, q := range hotReads {
-		p, err := r.PrepareContext(ctx, q)
-		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("sqlite: prepare: %w", err)
-		}
-		st.stmts[q] = p
 	}
 	if err := st.finishFollowUps(ctx); err != nil {
 		st.Close()
