@@ -140,20 +140,6 @@ type lane struct {
 	// know of; zero means never (until a hand-off or resync says otherwise).
 	storeDue  time.Time
 	refilling bool
-	// scanAt, scanID: every due pending delivery of the subscription
-	// before this position in (next_attempt_at, id) order is held, so a
-	// refill resumes here (zero: from the first). Refills used to skip
-	// every held ID in the query instead: that cost grew with what the
-	// lane held, half of a refill's cost when thousands were. A delivery
-	// that leaves the lane still pending moves the position back to it
-	// (unseen); anything else that may have changed the store behind it
-	// starts over (due).
-	scanAt time.Time
-	scanID string
-	// scanLow and scanReset record what happened while a refill ran, so
-	// that its answer does not move the position past it.
-	scanLow   time.Time
-	scanReset bool
 	// recorded holds deliveries whose results were written while a refill
 	// ran: its answer may predate them and show them still pending. (A
 	// retry's next time is in storeDue, set when its result is written.)
@@ -323,9 +309,7 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 			l.known[j.Delivery.ID] = true
 			d.freshBytes += size
 		} else {
-			// A refill may have passed it while it was reserved.
-			l.unseen(j.Delivery.NextAttemptAt)
-			l.dueNext(now)
+			l.due(now)
 		}
 	}
 	for h := range touched {
@@ -394,35 +378,10 @@ func (d *Dispatcher) lane(hostName, subID string) (*host, *lane) {
 	return h, l
 }
 
-// due records that the store may hold due work for the lane from t on,
-// anywhere in its order: the next refill starts from the first.
+// due records that the store may hold due work for the lane from t on.
 func (l *lane) due(t time.Time) {
-	l.rescan()
-	l.dueNext(t)
-}
-
-// dueNext records that the store may hold due work from t on, past the
-// position a refill resumes from.
-func (l *lane) dueNext(t time.Time) {
 	if l.storeDue.IsZero() || t.Before(l.storeDue) {
 		l.storeDue = t
-	}
-}
-
-// rescan starts the next refill from the first due delivery.
-func (l *lane) rescan() {
-	l.scanAt, l.scanID = time.Time{}, ""
-	l.scanReset = true
-}
-
-// unseen notes a delivery due at t that the lane no longer holds but the
-// store still has pending: the next refill starts no later than t.
-func (l *lane) unseen(t time.Time) {
-	if !l.scanAt.IsZero() && !t.After(l.scanAt) {
-		l.scanAt, l.scanID = t, ""
-	}
-	if l.scanLow.IsZero() || t.Before(l.scanLow) {
-		l.scanLow = t
 	}
 }
 
@@ -448,10 +407,9 @@ func (d *Dispatcher) trimFresh(h *host, l *lane, now time.Time) {
 	for i := range over {
 		delete(l.known, l.fresh[i].Delivery.ID)
 		d.freshBytes -= jobSize(l.fresh[i])
-		l.unseen(l.fresh[i].Delivery.NextAttemptAt)
 	}
 	l.fresh = slices.Clone(l.fresh[over:])
-	l.dueNext(now)
+	l.due(now)
 }
 
 // jobSize is what a held job costs in memory: its payload and about as
@@ -590,7 +548,6 @@ func (d *Dispatcher) drop(l *lane) {
 		d.freshBytes -= jobSize(l.fresh[i])
 	}
 	l.fresh, l.backlog = nil, nil
-	l.rescan()
 }
 
 // start takes the lane's next job, honouring the backlog floor: while both
@@ -720,14 +677,16 @@ func (d *Dispatcher) forgetIdle(h *host, now time.Time) {
 func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	defer d.work.Done()
 	d.mu.Lock()
+	exclude := make([]string, 0, len(l.known))
+	for id := range l.known {
+		exclude = append(exclude, id)
+	}
 	limit := d.cfg.Window - len(l.backlog)
-	afterAt, afterID := l.scanAt, l.scanID
-	l.scanLow, l.scanReset = time.Time{}, false
 	d.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
 	jobs, next, err := d.cfg.Store.DeliveryDue(ctx, store.DeliveryDueParams{
-		SubscriptionID: l.subID, Now: now, Limit: limit, AfterTime: afterAt, AfterID: afterID,
+		SubscriptionID: l.subID, Now: now, Limit: limit, Exclude: exclude,
 	})
 	cancel()
 
@@ -749,33 +708,18 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 		d.pump(h, time.Now())
 		return
 	}
-	// Held ones come back too (the query no longer skips them): passed over.
 	for _, j := range jobs {
 		if !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
 			l.known[j.Delivery.ID] = true
 			l.backlog = append(l.backlog, &j) // a copy: one job in flight keeps only itself
 		}
 	}
-	full := len(jobs) >= limit
 	due := next
-	if full {
+	if len(jobs) >= limit {
 		due = now // more may be due right now
 	}
 	if !due.IsZero() {
-		l.dueNext(due)
-	}
-	// The next refill resumes after this page, or before whatever left the
-	// lane meanwhile (a result written, a hand-off dropped).
-	if len(jobs) > 0 {
-		last := &jobs[len(jobs)-1].Delivery
-		l.scanAt, l.scanID = last.NextAttemptAt, last.ID
-	} else {
-		l.scanAt, l.scanID = afterAt, afterID
-	}
-	if l.scanReset {
-		l.scanAt, l.scanID = time.Time{}, ""
-	} else if !l.scanLow.IsZero() && !l.scanLow.After(l.scanAt) {
-		l.scanAt, l.scanID = l.scanLow, ""
+		l.due(due)
 	}
 	d.pump(h, time.Now())
 }
@@ -907,10 +851,7 @@ func (d *Dispatcher) written(batch []result) {
 		}
 		delete(l.known, r.Attempt.DeliveryID)
 		if r.State == core.DeliveryPending {
-			// Pending again at its retry time, perhaps already past and
-			// behind where refills resume.
-			l.unseen(r.NextAttemptAt)
-			l.dueNext(r.NextAttemptAt)
+			l.due(r.NextAttemptAt) // pending again, now at its retry time
 		}
 		if l.refilling {
 			if l.recorded == nil {

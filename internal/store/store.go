@@ -75,10 +75,8 @@ type Store interface {
 	DeliveryReplay(ctx context.Context, tenantID, id string, now time.Time) (core.Delivery, error)
 	// DeliveryDue returns up to p.Limit pending deliveries of subscription
 	// p.SubscriptionID that are due at p.Now, if the subscription is active,
-	// ordered by (next_attempt_at, id), with their events, starting after
-	// (p.AfterTime, p.AfterID) when p.AfterTime is set, so that a caller
-	// draining a backlog resumes where its last page ended rather than
-	// passing what it already holds each time. For an ordered subscription only the head of each ordering
+	// ordered by (next_attempt_at, id), with their events, skipping IDs in
+	// p.Exclude. For an ordered subscription only the head of each ordering
 	// key is returned: a delivery with a pending predecessor (same key, lower
 	// sequence) waits. It also returns the earliest next_attempt_at after p.Now
 	// among the subscription's pending deliveries (zero if none or not
@@ -176,8 +174,7 @@ type DeliveryDueParams struct {
 	SubscriptionID string
 	Now            time.Time
 	Limit          int
-	AfterTime      time.Time // zero: from the first due delivery
-	AfterID        string
+	Exclude        []string
 }
 
 type SubscriptionDue struct {

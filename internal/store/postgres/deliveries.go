@@ -127,7 +127,7 @@ const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.eve
 	JOIN events e ON e.id = d.event_id
 	WHERE s.id = $1 AND s.state = 'active' AND s.deleted_at IS NULL
 	AND d.state = 'pending' AND d.next_attempt_at <= $2
-	AND (d.next_attempt_at, d.id) > ($3, $5)
+	AND d.id <> ALL($3::text[])
 	AND (d.sequence = 0 OR NOT EXISTS (SELECT 1 FROM deliveries p
 		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
 		AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence))
@@ -142,7 +142,7 @@ const nextDueQuery = `SELECT d.next_attempt_at
 	ORDER BY d.next_attempt_at
 	LIMIT 1`
 
-// DeliveryDue treats Limit <= 0 as 100. The After position applies to the
+// DeliveryDue treats Limit <= 0 as 100. Exclude applies to the jobs only: the
 // next-due time looks past Now, where in-flight work never is. Both queries
 // go in one round trip.
 func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
@@ -151,7 +151,7 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 		limit = 100
 	}
 	b := &pgx.Batch{}
-	b.Queue(dueQuery, p.SubscriptionID, p.Now, p.AfterTime, limit, p.AfterID)
+	b.Queue(dueQuery, p.SubscriptionID, p.Now, orEmpty(p.Exclude), limit)
 	b.Queue(nextDueQuery, p.SubscriptionID, p.Now)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()

@@ -46,7 +46,7 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		sql, index string
 		args       []any
 	}{
-		"due":         {dueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now(), time.Time{}, 10, ""}},
+		"due":         {dueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now(), []string{}, 10}},
 		"next due":    {nextDueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now()}},
 		"all pending": {allPendingQuery, "deliveries_subscription_due", nil},
 		"shard poll":  {shardPendingQuery, "deliveries_shard_due", []any{[]int{core.ShardOf(subs[0].Host), core.ShardOf(subs[1].Host)}}},

@@ -128,7 +128,7 @@ const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.eve
 	JOIN events e ON e.id = d.event_id
 	WHERE s.id = ?1 AND s.state = 'active' AND s.deleted_at IS NULL
 	AND d.state = 'pending' AND d.next_attempt_at <= ?2
-	AND (d.next_attempt_at, d.id) > (?3, ?5)
+	AND d.id NOT IN (SELECT value FROM json_each(?3))
 	AND (d.sequence = 0 OR NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_key_line
 		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
 		AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence))
@@ -143,17 +143,28 @@ const nextDueQuery = `SELECT d.next_attempt_at
 	ORDER BY d.next_attempt_at
 	LIMIT 1`
 
-// DeliveryDue treats Limit <= 0 as 100. The After position applies to the
-// jobs only: the next-due time looks past Now. The two queries need not
-// see one snapshot: the next-due time is when to look again, and what
-// commits between them is handed over or woken for by its writer.
+// DeliveryDue treats Limit <= 0 as 100. Exclude applies to the jobs only: the
+// next-due time looks past Now, where in-flight work never is. The two
+// queries need not see one snapshot: the next-due time is when to look
+// again, and what commits between them is handed over or woken for by its
+// writer.
 func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
 	}
+	// The exclusions travel as one JSON array parameter, so their number is
+	// not limited by SQLite's bound-parameter cap.
+	excl := p.Exclude
+	if excl == nil {
+		excl = []string{}
+	}
+	ex, err := json.Marshal(excl)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	now := ns(p.Now)
-	rows, err := s.stmts[dueQuery].QueryContext(ctx, p.SubscriptionID, now, ns(p.AfterTime), limit, p.AfterID)
+	rows, err := s.stmts[dueQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit)
 	if err != nil {
 		return nil, time.Time{}, err
 	}

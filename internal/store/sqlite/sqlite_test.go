@@ -122,7 +122,7 @@ func TestDueQueriesUseSubscriptionIndex(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"due":                   {dueQuery, []any{"h", 0, 0, 10, ""}},
+		"due":                   {dueQuery, []any{"h", 0, "[]", 10}},
 		"next due":              {nextDueQuery, []any{"h", 0}},
 		"pending subscriptions": {pendingSubscriptionsQuery, []any{nil}},
 	} {
