@@ -140,6 +140,9 @@ type lane struct {
 	// know of; zero means never (until a hand-off or resync says otherwise).
 	storeDue  time.Time
 	refilling bool
+	// wokeAt is the last Wake. A result written after it may belong to a
+	// delivery replayed meanwhile, which that wake's refill skipped as held.
+	wokeAt time.Time
 	// recorded holds deliveries whose results were written while a refill
 	// ran: its answer may predate them and show them still pending. (A
 	// retry's next time is in storeDue, set when its result is written.)
@@ -329,6 +332,7 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	now := time.Now()
 	h, l := d.lane(hostName, subID)
 	l.due(now)
+	l.wokeAt = now
 	d.pump(h, now)
 }
 
@@ -852,6 +856,8 @@ func (d *Dispatcher) written(batch []result) {
 		delete(l.known, r.Attempt.DeliveryID)
 		if r.State == core.DeliveryPending {
 			l.due(r.NextAttemptAt) // pending again, now at its retry time
+		} else if !l.wokeAt.Before(r.Attempt.StartedAt) {
+			l.due(now)
 		}
 		if l.refilling {
 			if l.recorded == nil {

@@ -160,3 +160,40 @@ func TestReleasedReservationIsFetchedFromTheStore(t *testing.T) {
 		t.Error("still reserved after Release")
 	}
 }
+
+// A replay can land between an attempt's result commit and the dispatcher
+// noting it: the wake-up's refill skips the delivery as still held, and
+// nothing asked for it again until the resync.
+func TestReplayWhileResultIsNotedIsSentWithoutResync(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	host := "replay.example:443"
+	sub := b.subscription(t, host)
+	var sent atomic.Int64
+	d := b.run(t, Config{Resync: time.Hour, Sender: senderFunc(func(context.Context, *core.Subscription, *core.Job) send.Outcome {
+		sent.Add(1)
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	})})
+	batch, ids := pendingBatch(sub, 1)
+	x := ids[0]
+	d.mu.Lock() // x is in flight: held by its lane
+	_, l := d.lane(host, sub.ID)
+	l.known[x] = true
+	d.mu.Unlock()
+	b.commit(t, batch)
+
+	ctx := context.Background()
+	r := result{host: host, subID: sub.ID}
+	r.Attempt = core.Attempt{DeliveryID: x, N: 1, StartedAt: time.Now(), StatusCode: 200}
+	r.State, r.Now = core.DeliveryDelivered, time.Now()
+	if err := b.store.DeliveryRecordResults(ctx, []store.AttemptResult{r.AttemptResult}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.DeliveryReplay(ctx, core.DefaultTenant, x, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	d.Wake(host, sub.ID) // as the API does after a replay
+	testenv.Eventually(t, 5*time.Second, "the wake-up's refill to finish", func() bool { return !d.refilling(host) })
+	d.written([]result{r})
+	testenv.Eventually(t, 5*time.Second, "the replayed delivery to be sent", func() bool { return sent.Load() == 1 })
+}
