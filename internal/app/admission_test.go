@@ -33,6 +33,11 @@ func TestHangingEndpointOpensItsCircuitAndOthersKeepDelivering(t *testing.T) {
 	if h["pending"].(float64) == 0 || h["success_rate"].(float64) != 0 {
 		t.Errorf("health of the hanging endpoint: %v", h)
 	}
+	// Attempts admitted before it opened may still be on their way to the
+	// endpoint: count once they have timed out (nothing else is in flight).
+	testenv.Eventually(t, 5*time.Second, "the attempts admitted before it opened end", func() bool {
+		return e.app.dispatch.Stats().Inflight == 0
+	})
 	attemptsWhenOpen := hung.Count()
 	// While it is open, the healthy endpoints take everything at once.
 	for i := range 30 {
