@@ -104,6 +104,8 @@ type Dispatcher struct {
 	loopDone   chan struct{}
 	quit       chan struct{}
 	idle       chan attemptArgs // attempt goroutines waiting for their next one
+	disabling  map[string]bool  // subscriptions being disabled (disableAsync)
+	disables   sync.WaitGroup
 }
 
 // host is one destination: what is polite to it is decided here.
@@ -140,8 +142,9 @@ type lane struct {
 	// know of; zero means never (until a hand-off or resync says otherwise).
 	storeDue  time.Time
 	refilling bool
-	// wokeAt is the last Wake. A result written after it may belong to a
-	// delivery replayed meanwhile, which that wake's refill skipped as held.
+	// wokeAt is the last Wake (or resync). A result whose write began
+	// before it may belong to a delivery replayed after that write, which
+	// the wake's refill skipped as still held.
 	wokeAt time.Time
 	// recorded holds deliveries whose results were written while a refill
 	// ran: its answer may predate them and show them still pending. (A
@@ -186,6 +189,7 @@ func New(cfg Config) *Dispatcher {
 		loopDone:  make(chan struct{}),
 		quit:      make(chan struct{}),
 		idle:      make(chan attemptArgs),
+		disabling: map[string]bool{},
 	}
 	if l, ok := cfg.Store.(store.Leaser); ok {
 		d.leaser = l
@@ -359,6 +363,7 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	}
 	d.cancelSend()
 	d.results.close()
+	d.disables.Wait()
 	// Renewals ran through the drain so no one else sent meanwhile; the
 	// work is now written, so the shards can go.
 	if d.leaseDone != nil {
@@ -821,7 +826,7 @@ func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) resu
 
 // written runs after a batch of results is durable: those deliveries are
 // now the store's to report again.
-func (d *Dispatcher) written(batch []result) {
+func (d *Dispatcher) written(batch []result, began time.Time) {
 	if m := d.cfg.Metrics; m != nil {
 		for i := range batch {
 			r := &batch[i]
@@ -856,7 +861,7 @@ func (d *Dispatcher) written(batch []result) {
 		delete(l.known, r.Attempt.DeliveryID)
 		if r.State == core.DeliveryPending {
 			l.due(r.NextAttemptAt) // pending again, now at its retry time
-		} else if !l.wokeAt.Before(r.Attempt.StartedAt) {
+		} else if !l.wokeAt.Before(began) {
 			l.due(now)
 		}
 		if l.refilling {
@@ -875,8 +880,30 @@ func (d *Dispatcher) written(batch []result) {
 	}
 	d.mu.Unlock()
 	for _, r := range disable {
-		d.disable(r.subID, r.disable)
+		d.disableAsync(r.subID, r.disable)
 	}
+}
+
+// disableAsync runs disable off the result writer, once per subscription
+// at a time: the store skips the whole backlog before it returns (minutes
+// for a large one), and while the writer waits, every host's attempts wait
+// on it (attempt).
+func (d *Dispatcher) disableAsync(subID, reason string) {
+	d.mu.Lock()
+	if d.disabling[subID] {
+		d.mu.Unlock()
+		return
+	}
+	d.disabling[subID] = true
+	d.mu.Unlock()
+	d.disables.Add(1)
+	go func() {
+		defer d.disables.Done()
+		d.disable(subID, reason)
+		d.mu.Lock()
+		delete(d.disabling, subID)
+		d.mu.Unlock()
+	}()
 }
 
 // disable turns a subscription off after its endpoint said 410: the store
@@ -998,6 +1025,7 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 		}
 		h, l := d.lane(sd.Host, sd.SubscriptionID)
 		l.due(sd.NextAttemptAt)
+		l.wokeAt = now // as a Wake: it may stand in for a lost one
 		touched[h] = true
 	}
 	for h := range touched {

@@ -183,6 +183,7 @@ func TestReplayWhileResultIsNotedIsSentWithoutResync(t *testing.T) {
 	b.commit(t, batch)
 
 	ctx := context.Background()
+	began := time.Now() // the result write
 	r := result{host: host, subID: sub.ID}
 	r.Attempt = core.Attempt{DeliveryID: x, N: 1, StartedAt: time.Now(), StatusCode: 200}
 	r.State, r.Now = core.DeliveryDelivered, time.Now()
@@ -194,6 +195,6 @@ func TestReplayWhileResultIsNotedIsSentWithoutResync(t *testing.T) {
 	}
 	d.Wake(host, sub.ID) // as the API does after a replay
 	testenv.Eventually(t, 5*time.Second, "the wake-up's refill to finish", func() bool { return !d.refilling(host) })
-	d.written([]result{r})
+	d.written([]result{r}, began)
 	testenv.Eventually(t, 5*time.Second, "the replayed delivery to be sent", func() bool { return sent.Load() == 1 })
 }

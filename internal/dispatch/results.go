@@ -43,13 +43,13 @@ type resultWriter struct {
 	interval time.Duration
 	batch    int
 	log      *slog.Logger
-	written  func([]result) // called after every successful write
+	written  func([]result, time.Time) // after every successful write, with when it began
 	in       chan result
 	done     chan struct{}
 }
 
 // newResultWriter queues two batches more than the one being written.
-func newResultWriter(st store.Store, interval time.Duration, batch int, log *slog.Logger, written func([]result)) *resultWriter {
+func newResultWriter(st store.Store, interval time.Duration, batch int, log *slog.Logger, written func([]result, time.Time)) *resultWriter {
 	w := &resultWriter{store: st, interval: interval, batch: batch, log: log, written: written,
 		in: make(chan result, batch*2), done: make(chan struct{})}
 	go w.loop()
@@ -116,6 +116,7 @@ func (w *resultWriter) write(batch []result) {
 		rs[i] = r.AttemptResult
 	}
 	backoff := 100 * time.Millisecond
+	began := time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := w.store.DeliveryRecordResults(ctx, rs)
@@ -127,5 +128,5 @@ func (w *resultWriter) write(batch []result) {
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 5*time.Second)
 	}
-	w.written(batch)
+	w.written(batch, began)
 }

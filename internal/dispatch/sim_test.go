@@ -747,3 +747,42 @@ func TestSimLateResultsDoNotSpinRefills(t *testing.T) {
 		t.Logf("%d attempts, %d refills", len(ep.snapshot()), refills.Load())
 	})
 }
+
+// slowUpdate is a store whose subscription updates take delay, as
+// skipping a large backlog on disable does.
+type slowUpdate struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s slowUpdate) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
+	time.Sleep(s.delay)
+	return s.Store.SubscriptionUpdate(ctx, sub)
+}
+
+// A 410 disables its subscription, and the store skips that subscription's
+// backlog first, which can take minutes. It must not hold up the result
+// writer: attempts wait on it, so every other host would stop sending.
+func TestSimDisablingAGoneEndpointStallsNoOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		_, gone := s.endpoint("gone", func(time.Time, int, string) reply { return reply{status: 410, latency: time.Millisecond} })
+		fast, _ := s.endpoint("fast", ok(time.Millisecond))
+		s.store = slowUpdate{Store: s.store, delay: 20 * time.Second} // under disable's 30 s timeout
+		s.start(func(c *Config) { c.ResultBatch = 50 })
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.fast", 5*time.Millisecond, 20*time.Second)
+		time.Sleep(time.Second)
+		s.post("sim.gone", "")
+		wg.Wait()
+		time.Sleep(time.Minute)
+		lags := s.lags(fast)
+		if p := pct(lags, 0.99); p > time.Second || len(lags) != 4000 {
+			t.Errorf("healthy endpoint: %d delivered, p99 lag %s, while another subscription was being disabled", len(lags), p)
+		}
+		if sub, _ := s.subs.Get(gone.ID); sub.State != core.SubDisabled {
+			t.Errorf("gone endpoint's subscription is %s, want disabled", sub.State)
+		}
+		s.stop()
+	})
+}
