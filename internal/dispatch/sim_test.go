@@ -625,14 +625,14 @@ func TestSimFleetForADayLosesNothing(t *testing.T) {
 	})
 }
 
-// stuckResults is a store whose result writes wait for release.
-type stuckResults struct {
+// heldResults is a store whose result writes each wait for hold first.
+type heldResults struct {
 	store.Store
-	release chan struct{}
+	hold func()
 }
 
-func (s stuckResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
-	<-s.release
+func (s heldResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	s.hold()
 	return s.Store.DeliveryRecordResults(ctx, rs)
 }
 
@@ -645,7 +645,7 @@ func TestSimStoreBehindStopsAttempts(t *testing.T) {
 		s := newSim(t)
 		release := make(chan struct{})
 		ep, sub := s.endpoint("fast", ok(time.Millisecond))
-		s.store = stuckResults{Store: s.store, release: release}
+		s.store = heldResults{Store: s.store, hold: func() { <-release }}
 		s.start(func(c *Config) { c.ResultBatch = 50 })
 		const n = 600 // more than the writer can hold, in 30 workers' shares
 		var wg sync.WaitGroup
@@ -681,17 +681,6 @@ func TestSimStoreBehindStopsAttempts(t *testing.T) {
 		}
 		t.Logf("%d sent while results were stuck; all %d delivered once after", sent, n)
 	})
-}
-
-// slowResults is a store whose result writes each take delay.
-type slowResults struct {
-	store.Store
-	delay time.Duration
-}
-
-func (s slowResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
-	time.Sleep(s.delay)
-	return s.Store.DeliveryRecordResults(ctx, rs)
 }
 
 // countedDue counts refills, each of which takes a millisecond, so that a
@@ -730,7 +719,7 @@ func TestSimLateResultsDoNotSpinRefills(t *testing.T) {
 			sub.RetrySchedule = []time.Duration{500 * time.Millisecond}
 		})
 		var refills atomic.Int64
-		s.store = countedDue{Store: slowResults{Store: s.store, delay: 5 * time.Second}, n: &refills}
+		s.store = countedDue{Store: heldResults{Store: s.store, hold: func() { time.Sleep(5 * time.Second) }}, n: &refills}
 		s.start(func(c *Config) { c.Window, c.FreshWindow = 4, 1 })
 		var wg sync.WaitGroup
 		s.traffic(&wg, "sim.late", 20*time.Millisecond, 30*time.Second)

@@ -42,7 +42,8 @@ var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subOrderedSQL
 	insertDeliveries.sqls, insertAttempts.sqls, updateResults.sqls)
 
 // hotReads are the dispatcher's refill queries: parsing them cost as much
-// as running them (half of a refill under heavy ingest).
+// as running them (0.71 of a refill's 1.70 s in a 10 s profile under heavy
+// ingest).
 var hotReads = []string{dueQuery, nextDueQuery}
 
 // rowChunks are the row counts a multi-row statement is prepared for; n rows
