@@ -15,9 +15,11 @@ import (
 
 const maxErrLen = 200
 
-// classifyErr turns a failed request into a Class and a short human
-// message. Only a guard refusal is permanent: it would never succeed.
-func classifyErr(parent, attempt context.Context, err error, timeout time.Duration) (Class, string) {
+// classifyErr turns a failed request into a Class, a short human message
+// and whether it failed at the connection (see Outcome.Conn); connected
+// says a connection was made before the error. Only a guard refusal is
+// permanent: it would never succeed.
+func classifyErr(parent, attempt context.Context, err error, timeout time.Duration, connected bool) (Class, string, bool) {
 	if errors.Is(err, ErrBlocked) {
 		var msg string
 		for e := err; e != nil; e = errors.Unwrap(e) {
@@ -26,13 +28,16 @@ func classifyErr(parent, attempt context.Context, err error, timeout time.Durati
 				break
 			}
 		}
-		return Fail, msg
+		return Fail, msg, false
 	}
 	switch {
 	case parent.Err() != nil:
-		return Retry, "canceled before an answer"
+		return Retry, "canceled before an answer", false // ours, not the host's
 	case errors.Is(attempt.Err(), context.DeadlineExceeded):
-		return Retry, "timeout after " + timeout.String()
+		if !connected {
+			return Retry, "timeout after " + timeout.String() + " connecting", true
+		}
+		return Retry, "timeout after " + timeout.String(), false
 	}
 	var (
 		dnsErr  *net.DNSError
@@ -46,25 +51,27 @@ func classifyErr(parent, attempt context.Context, err error, timeout time.Durati
 	switch {
 	case errors.As(err, &dnsErr):
 		if dnsErr.IsNotFound {
-			return Retry, "dns: no such host " + dnsErr.Name
+			return Retry, "dns: no such host " + dnsErr.Name, true
 		}
-		return Retry, "dns: " + dnsErr.Err
+		return Retry, "dns: " + dnsErr.Err, true
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return Retry, "connection refused"
+		return Retry, "connection refused", true
 	case errors.Is(err, syscall.ECONNRESET):
-		return Retry, "connection reset"
+		return Retry, "connection reset", true
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return Retry, "host unreachable"
+		return Retry, "host unreachable", true
 	case errors.As(err, &certErr), errors.As(err, &hostErr), errors.As(err, &authErr):
-		return Retry, short("tls certificate: " + innermost(err).Error())
+		return Retry, short("tls certificate: " + innermost(err).Error()), true
 	case errors.As(err, &alert), errors.As(err, &recErr):
-		return Retry, short("tls: " + innermost(err).Error())
+		return Retry, short("tls: " + innermost(err).Error()), true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return Retry, "connection closed before an answer"
+		// Once connected, one path's handler can close its connection
+		// without bringing down its neighbours: the endpoint's evidence.
+		return Retry, "connection closed before an answer", !connected
 	case errors.As(err, &netErr) && netErr.Timeout():
-		return Retry, short("timeout: " + innermost(err).Error())
+		return Retry, short("timeout: " + innermost(err).Error()), !connected
 	}
-	return Retry, short(innermost(err).Error())
+	return Retry, short(innermost(err).Error()), !connected
 }
 
 // innermost strips a url.Error ("Post \"https://…\": "), which repeats the URL.

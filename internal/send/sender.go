@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"hookd/internal/core"
@@ -101,6 +103,10 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	timeout := sub.SendTimeout()
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// Whether a connection was made tells a host that cannot be reached
+	// from an endpoint that does not answer (Outcome.Conn).
+	var connected atomic.Bool
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, sub.URL, bytes.NewReader(body))
 	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
 		out.Class, out.Err = Fail, "invalid endpoint URL"
@@ -129,7 +135,7 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	}
 	resp, err := s.transport.RoundTrip(req)
 	if err != nil {
-		out.Class, out.Err = classifyErr(ctx, actx, err, timeout)
+		out.Class, out.Err, out.Conn = classifyErr(ctx, actx, err, timeout, connected.Load())
 		return out
 	}
 	defer resp.Body.Close()

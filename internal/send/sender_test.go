@@ -261,8 +261,8 @@ func TestSendTimeout(t *testing.T) {
 	sub := testSub(srv.URL)
 	sub.Timeout = 200 * time.Millisecond
 	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), sub, testJob(), time.Now())
-	if out.Class != Retry || out.StatusCode != 0 || out.Err != "timeout after 200ms" {
-		t.Fatalf("outcome = %+v, want retry \"timeout after 200ms\"", out)
+	if out.Class != Retry || out.StatusCode != 0 || out.Err != "timeout after 200ms" || out.Conn {
+		t.Fatalf("outcome = %+v, want retry \"timeout after 200ms\", not a connection failure", out)
 	}
 	if out.Duration < 200*time.Millisecond {
 		t.Errorf("Duration = %v, want at least the timeout", out.Duration)
@@ -278,7 +278,7 @@ func TestSendParentCanceled(t *testing.T) {
 	}))
 	defer srv.Close()
 	out := New(Config{Guard: NewGuard(loopback)}).Send(ctx, testSub(srv.URL), testJob(), time.Now())
-	if out.Class != Retry || out.Err != "canceled before an answer" {
+	if out.Class != Retry || out.Err != "canceled before an answer" || out.Conn {
 		t.Fatalf("outcome = %+v", out)
 	}
 }
@@ -291,8 +291,8 @@ func TestSendConnectionRefused(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), testSub("http://"+addr), testJob(), time.Now())
-	if out.Class != Retry || out.Err != "connection refused" {
-		t.Fatalf("outcome = %+v, want retry \"connection refused\"", out)
+	if out.Class != Retry || out.Err != "connection refused" || !out.Conn {
+		t.Fatalf("outcome = %+v, want retry \"connection refused\", a connection failure", out)
 	}
 }
 
@@ -303,8 +303,23 @@ func TestSendClosedWithoutAnswer(t *testing.T) {
 	}))
 	defer srv.Close()
 	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), testSub(srv.URL), testJob(), time.Now())
-	if out.Class != Retry || out.Err != "connection closed before an answer" {
-		t.Fatalf("outcome = %+v", out)
+	if out.Class != Retry || out.Err != "connection closed before an answer" || out.Conn {
+		t.Fatalf("outcome = %+v, want retry, the endpoint's failure (it was connected)", out)
+	}
+}
+
+// A timeout before any connection is the host's failure (Conn); after
+// one, the endpoint's. Loopback cannot make a connect timeout, so the
+// classification is asked directly.
+func TestClassifyErrConnectTimeout(t *testing.T) {
+	expired, cancel := context.WithDeadline(context.Background(), time.Now())
+	defer cancel()
+	<-expired.Done()
+	for _, connected := range []bool{false, true} {
+		c, msg, conn := classifyErr(context.Background(), expired, context.DeadlineExceeded, time.Second, connected)
+		if c != Retry || conn == connected {
+			t.Errorf("connected %v: class %v, %q, Conn %v; want retry, Conn %v", connected, c, msg, conn, !connected)
+		}
 	}
 }
 
