@@ -16,19 +16,24 @@ import (
 
 // serveReceiversFlag is the hidden first argument that turns `hookd bench`
 // into the receiver fleet of `--receivers-process`: it prints its ports
-// as one JSON line and serves until stdin closes.
+// as one JSON line and serves until stdin closes. Its form is
+// `--serve-receivers [--shared-host] N`.
 const serveReceiversFlag = "--serve-receivers"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) >= 1 && args[0] == serveReceiversFlag {
-		if len(args) != 2 {
-			return fmt.Errorf("%s takes one argument: the number of receivers", serveReceiversFlag)
+		rest, shared := args[1:], false
+		if len(rest) == 2 && rest[0] == bench.SharedHostArg {
+			rest, shared = rest[1:], true
 		}
-		n, err := strconv.Atoi(args[1])
+		if len(rest) != 1 {
+			return fmt.Errorf("%s takes [%s] and the number of receivers", serveReceiversFlag, bench.SharedHostArg)
+		}
+		n, err := strconv.Atoi(rest[0])
 		if err != nil {
 			return fmt.Errorf("%s: %w", serveReceiversFlag, err)
 		}
-		return bench.ServeReceivers(n, os.Stdin, stdout)
+		return bench.ServeReceivers(n, shared, os.Stdin, stdout)
 	}
 
 	fs := newFlagSet("bench", "bench [flags]", stderr)
