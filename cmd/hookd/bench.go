@@ -16,19 +16,24 @@ import (
 
 // serveReceiversFlag is the hidden first argument that turns `hookd bench`
 // into the receiver fleet of `--receivers-process`: it prints its ports
-// as one JSON line and serves until stdin closes.
+// as one JSON line and serves until stdin closes. Its form is
+// `--serve-receivers [--shared-host] N`.
 const serveReceiversFlag = "--serve-receivers"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) >= 1 && args[0] == serveReceiversFlag {
-		if len(args) != 2 {
-			return fmt.Errorf("%s takes one argument: the number of receivers", serveReceiversFlag)
+		rest, shared := args[1:], false
+		if len(rest) == 2 && rest[0] == bench.SharedHostArg {
+			rest, shared = rest[1:], true
 		}
-		n, err := strconv.Atoi(args[1])
+		if len(rest) != 1 {
+			return fmt.Errorf("%s takes [%s] and the number of receivers", serveReceiversFlag, bench.SharedHostArg)
+		}
+		n, err := strconv.Atoi(rest[0])
 		if err != nil {
 			return fmt.Errorf("%s: %w", serveReceiversFlag, err)
 		}
-		return bench.ServeReceivers(n, os.Stdin, stdout)
+		return bench.ServeReceivers(n, shared, os.Stdin, stdout)
 	}
 
 	fs := newFlagSet("bench", "bench [flags]", stderr)
@@ -36,11 +41,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.Duration("duration", 10*time.Second, "load phase (isolation: each of its two phases)")
 	drain := fs.Duration("drain", 0, "bound on the wait for accepted events to be delivered after the load (default 30s; backlog: 2×backlog/rate + 30s, at most 1h)")
 	concurrency := fs.Int("concurrency", 32, "load-generator workers posting events")
-	fanout := fs.Int("fanout", 1, "matching subscriptions per event, each with its own receiver port (a separate destination host)")
+	fanout := fs.Int("fanout", 1, "matching subscriptions per event, each with its own receiver port (a separate destination host; see --shared-host)")
 	db := fs.String("db", "", "in-process hookd: SQLite file (default: a fresh file in a temp dir, removed after) or postgres:// URL; HOOKD_DB is not read here, it names serve's database")
 	target := fs.String("target", "", "bench a running hookd at this loopback URL instead of starting one; it must have been started with --allow-network 127.0.0.0/8")
 	adminToken := fs.String("admin-token", "", "admin token of --target")
 	receiversProcess := fs.Bool("receivers-process", false, "run the receiver fleet in a separate process (this binary, re-executed)")
+	sharedHost := fs.Bool("shared-host", false, "serve all receivers on one port, each at its own path (/r0, /r1, …): one destination host with many endpoints, as with Zapier or a gateway")
 	jsonOut := fs.Bool("json", false, "print the summary as one JSON object on the last line")
 	backlog := fs.Int("backlog", 100000, "backlog: events posted while the endpoint is down")
 	rate := fs.Float64("rate", 200, "backlog: the subscription's rate_limit, deliveries per second")
@@ -65,7 +71,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := bench.Options{
 		Scenario: *scenario, Duration: *duration, Drain: *drain,
 		Concurrency: *concurrency, Fanout: *fanout, DB: *db,
-		Target: *target, AdminToken: *adminToken,
+		Target: *target, AdminToken: *adminToken, SharedHost: *sharedHost,
 		Backlog: *backlog, Rate: *rate, RateEvents: *rateEvents,
 		Interval: *interval, Version: version, Out: stdout,
 	}

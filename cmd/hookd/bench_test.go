@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -72,6 +73,19 @@ func TestBenchThroughputSmoke(t *testing.T) {
 	if m["fanout"] != 2.0 {
 		t.Errorf("fanout = %v", m["fanout"])
 	}
+	if m["shared_host"] != false {
+		t.Errorf("shared_host = %v, want false", m["shared_host"])
+	}
+}
+
+// --shared-host puts every receiver on one port; the run still delivers
+// everything and says so.
+func TestBenchSharedHostSmoke(t *testing.T) {
+	m := runBenchCmd(t, "--scenario", "throughput", "--duration", "1s", "--concurrency", "4", "--fanout", "3", "--shared-host")
+	checkSummary(t, m, "throughput")
+	if m["shared_host"] != true {
+		t.Errorf("shared_host = %v, want true", m["shared_host"])
+	}
 }
 
 func TestBenchBaselineSmoke(t *testing.T) {
@@ -121,6 +135,44 @@ func TestBenchReceiversProcess(t *testing.T) {
 	checkSummary(t, m, "throughput")
 	if m["receivers_process"] != true {
 		t.Errorf("receivers_process = %v", m["receivers_process"])
+	}
+}
+
+// HOOKD_SHARED_HOST reaches a receiver child process: the parent refuses
+// a child whose receivers are not on one port.
+func TestBenchReceiversProcessSharedHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hookdBin, "bench", "--json", "--scenario", "throughput",
+		"--duration", "1s", "--concurrency", "4", "--fanout", "2", "--receivers-process")
+	cmd.Env = append(os.Environ(), "HOOKD_SHARED_HOST=true")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	m := lastJSON(t, string(out))
+	checkSummary(t, m, "throughput")
+	if m["receivers_process"] != true || m["shared_host"] != true {
+		t.Errorf("receivers_process = %v, shared_host = %v, want both true", m["receivers_process"], m["shared_host"])
+	}
+}
+
+// The hidden child command takes N, or --shared-host N.
+func TestServeReceiversArgs(t *testing.T) {
+	for _, args := range [][]string{
+		{"--serve-receivers"},
+		{"--serve-receivers", "x"},
+		{"--serve-receivers", "2", "--shared-host"},
+		{"--serve-receivers", "--shared-host"},
+		{"--serve-receivers", "--shared", "2"},
+		{"--serve-receivers", "0"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), append([]string{"bench"}, args...), &stdout, &stderr); err == nil {
+			t.Errorf("bench %v: no error", args)
+		}
 	}
 }
 

@@ -59,8 +59,11 @@ type Options struct {
 	AdminToken string // for Target
 
 	// ReceiversCommand, when set, runs the receivers in a child process:
-	// the command plus the receiver count must behave like ServeReceivers.
+	// see StartRemoteFleet for its arguments.
 	ReceiversCommand []string
+	// SharedHost serves every receiver of a fleet on one port, each at its
+	// own path: one destination host for hookd, many endpoints on it.
+	SharedHost bool
 
 	Backlog    int     // backlog: events queued while the endpoint is down (default 100000)
 	Rate       float64 // backlog: the subscription's rate_limit per second (default 200)
@@ -113,6 +116,7 @@ type Summary struct {
 	Concurrency              int      `json:"concurrency"`
 	Target                   string   `json:"target"`
 	ReceiversProcess         bool     `json:"receivers_process"`
+	SharedHost               bool     `json:"shared_host"`
 	SignaturesChecked        uint64   `json:"signatures_checked"`
 	SignatureFailures        uint64   `json:"signature_failures"`
 
@@ -250,7 +254,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	} else {
 		b.rssOf += " + receivers)"
 	}
-	fmt.Fprintf(opts.Out, "hookd bench: scenario %s, concurrency %d, fanout %d; RSS is of %s\n", opts.Scenario, opts.Concurrency, opts.Fanout, b.rssOf)
+	ports := "a port per receiver"
+	if opts.SharedHost {
+		ports = "one port shared by all receivers"
+	}
+	fmt.Fprintf(opts.Out, "hookd bench: scenario %s, concurrency %d, fanout %d, %s; RSS is of %s\n", opts.Scenario, opts.Concurrency, opts.Fanout, ports, b.rssOf)
 	var s *Summary
 	var err error
 	switch opts.Scenario {
@@ -269,6 +277,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		s.RSSOf = b.rssOf
 		s.ReceiversPeakRSSMB = round(b.peakRx, 1)
 		s.Concurrency, s.ReceiversProcess = opts.Concurrency, opts.ReceiversCommand != nil
+		s.SharedHost = opts.SharedHost
 		s.Target = opts.Target
 		if s.Target == "" && opts.Scenario != Baseline {
 			s.Target = "in-process"
@@ -281,9 +290,9 @@ func (b *bench) newFleet(n int) (Fleet, error) {
 	var f Fleet
 	var err error
 	if b.opts.ReceiversCommand != nil {
-		f, err = StartRemoteFleet(b.opts.ReceiversCommand, n)
+		f, err = StartRemoteFleet(b.opts.ReceiversCommand, n, b.opts.SharedHost)
 	} else {
-		f, err = NewLocalFleet(n)
+		f, err = NewLocalFleet(n, b.opts.SharedHost)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("starting receivers: %w", err)
@@ -843,7 +852,9 @@ func (b *bench) throughput(ctx context.Context) (*Summary, error) {
 
 // isolation: ten endpoints, each subscribed to its own event type; the
 // first hangs and gets 10 % of the events. Then the same with all ten
-// healthy, on a fresh fleet and fresh subscriptions.
+// healthy, on a fresh fleet and fresh subscriptions. With SharedHost all
+// ten are paths of one host, so only per-endpoint admission keeps the
+// hanging one from holding the others back.
 func (b *bench) isolation(ctx context.Context) (*Summary, error) {
 	const n = 10
 	if err := b.hookd(ctx); err != nil {

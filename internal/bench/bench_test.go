@@ -1,14 +1,18 @@
 package bench
 
 import (
+	"bytes"
 	"context"
-	"hookd/internal/testenv"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"hookd/internal/testenv"
+	"hookd/webhook"
 )
 
 func TestHistQuantiles(t *testing.T) {
@@ -74,7 +78,7 @@ func TestField(t *testing.T) {
 
 // A receiver counts distinct deliveries, duplicates and its busiest second.
 func TestReceiverCounts(t *testing.T) {
-	fl, err := NewLocalFleet(1)
+	fl, err := NewLocalFleet(1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +183,156 @@ func (w *schemaWatch) Write(p []byte) (int, error) {
 		w.seen, w.during = true, w.count()
 	}
 	return len(p), nil
+}
+
+// A plain fleet gives each receiver a port of its own; a shared one puts
+// them all on one port, each at a path of its own.
+func TestFleetHosts(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		fl, err := NewLocalFleet(3, shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts, paths := map[string]bool{}, map[string]bool{}
+		for _, s := range fl.URLs() {
+			u, err := url.Parse(s)
+			if err != nil || u.Hostname() != "127.0.0.1" {
+				t.Fatalf("shared=%v: url %q", shared, s)
+			}
+			hosts[u.Host], paths[u.Path] = true, true
+		}
+		fl.Close()
+		if shared && (len(hosts) != 1 || len(paths) != 3) {
+			t.Errorf("shared: %d hosts and %d paths in %q, want 1 and 3", len(hosts), len(paths), fl.URLs())
+		}
+		if !shared && len(hosts) != 3 {
+			t.Errorf("not shared: %d hosts in %q, want 3", len(hosts), fl.URLs())
+		}
+	}
+}
+
+// On a shared port, modes, secrets and counts belong to one path each, a
+// hanging path holds back no other, and Close releases it.
+func TestSharedFleetPerPath(t *testing.T) {
+	fl, err := NewLocalFleet(3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			fl.Close()
+		}
+	}()
+	urls := fl.URLs()
+	secrets := make([]string, 3)
+	for i := range secrets {
+		if secrets[i], err = webhook.NewSecret(); err != nil {
+			t.Fatal(err)
+		}
+		fl.SetSecret(i, secrets[i])
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	// post sends seq to u signed with secret; the first request of each
+	// receiver has its signature checked.
+	post := func(c *http.Client, u, secret string, seq int) (int, error) {
+		now := time.Now()
+		body := []byte(`{"data":{"sent_ns":` + itoa(now.UnixNano()) + `,"seq":` + itoa(int64(seq)) + `}}`)
+		sig, err := webhook.Sign(secret, "evt_t"+itoa(int64(seq)), now, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("POST", u, bytes.NewReader(body))
+		req.Header.Set(webhook.HeaderID, "evt_t"+itoa(int64(seq)))
+		req.Header.Set(webhook.HeaderTimestamp, itoa(now.Unix()))
+		req.Header.Set(webhook.HeaderSignature, sig)
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	mustPost := func(i int, secret string, seq, want int) {
+		t.Helper()
+		code, err := post(client, urls[i], secret, seq)
+		if err != nil || code != want {
+			t.Fatalf("POST %s: %d %v, want %d", urls[i], code, err, want)
+		}
+	}
+
+	fl.SetMode(0, ModeDown)
+	mustPost(0, secrets[0], 1, 503)
+	mustPost(1, secrets[0], 1, 200) // signed with another path's secret
+	mustPost(1, secrets[1], 2, 200)
+	mustPost(1, secrets[1], 2, 200)
+	u, _ := url.Parse(urls[0])
+	if resp, err := client.Post("http://"+u.Host+"/r3", "application/json", strings.NewReader("{}")); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("unknown path: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	st, _ := fl.Stats()
+	if s := st[0]; s.Requests != 1 || s.Delivered != 0 || s.SigChecked != 0 {
+		t.Errorf("/r0 (down): %+v", s)
+	}
+	if s := st[1]; s.Requests != 3 || s.Delivered != 2 || s.Duplicates != 1 || s.SigChecked != 1 || s.SigFailed != 1 {
+		t.Errorf("/r1: %+v", s)
+	}
+	if s := st[2]; s.Requests != 0 {
+		t.Errorf("/r2 got requests: %+v", s)
+	}
+	if seen, _ := fl.Seen(1); !(&bitset{words: seen}).has(2) {
+		t.Error("/r1 has not seen seq 2")
+	}
+	if seen, _ := fl.Seen(0); (&bitset{words: seen}).has(1) {
+		t.Error("/r0 (down) counts seq 1 as seen")
+	}
+
+	// /r2 hangs on its own connection; /r0 and /r1 still answer at once.
+	fl.SetMode(2, ModeHang)
+	fl.SetMode(0, ModeOK)
+	hung := make(chan error, 1)
+	go func() {
+		_, err := post(&http.Client{}, urls[2], secrets[2], 3)
+		hung <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		st, _ := fl.Stats()
+		if st[2].Requests == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hanging request never reached /r2")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	mustPost(0, secrets[0], 4, 200)
+	mustPost(1, secrets[1], 5, 200)
+	select {
+	case err := <-hung:
+		t.Fatalf("/r2 answered while hanging: %v", err)
+	default:
+	}
+	fl.Close()
+	closed = true
+	select {
+	case <-hung:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not release the hanging request")
+	}
+}
+
+// A short run with every receiver on one port delivers every accepted
+// event to each of them.
+func TestThroughputSharedHost(t *testing.T) {
+	s, err := Run(t.Context(), Options{Scenario: Throughput, SharedHost: true, Duration: time.Second,
+		BaselineDuration: 300 * time.Millisecond, Concurrency: 4, Fanout: 3, Interval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.SharedHost || s.Lost != 0 || !s.Drained || s.EventsAccepted == 0 || s.DeliveriesTotal != 3*s.EventsAccepted ||
+		s.Duplicates != 0 || s.SignatureFailures != 0 || s.BaselineDeliveriesPS == nil || *s.BaselineDeliveriesPS <= 0 {
+		t.Fatalf("summary: %+v", s)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"math/bits"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -89,11 +90,10 @@ type ReceiverStats struct {
 	Hist      Hist        `json:"-"`
 }
 
-// receiver is one loopback HTTP endpoint: its own port, so hookd sees a
-// separate destination host.
+// receiver is one endpoint, an http.Handler; its fleet serves it on a port
+// of its own (a separate destination host for hookd) or at a path of a
+// port it shares with the others.
 type receiver struct {
-	ln      net.Listener
-	srv     *http.Server
 	url     string
 	mode    atomic.Int32
 	secret  atomic.Pointer[string]
@@ -106,17 +106,6 @@ type receiver struct {
 	tick  int64 // last 100 ms tick counted in ring
 	ring  [10]uint64
 	sum   uint64
-}
-
-func newReceiver() (*receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &receiver{ln: ln, url: "http://" + ln.Addr().String() + "/hook", release: make(chan struct{}), epoch: time.Now()}
-	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
-	go r.srv.Serve(ln)
-	return r, nil
 }
 
 // field finds `"name":<integer>` in body without a full JSON parse (the
@@ -227,11 +216,6 @@ func (r *receiver) seenWords() []uint64 {
 	return append([]uint64(nil), r.seen.words...)
 }
 
-func (r *receiver) close() {
-	close(r.release)
-	r.srv.Close()
-}
-
 // Fleet is a set of receivers, in this process or in another one.
 type Fleet interface {
 	URLs() []string
@@ -247,20 +231,56 @@ type Fleet interface {
 }
 
 // localFleet runs the receivers in this process.
-type localFleet struct{ rs []*receiver }
+type localFleet struct {
+	rs   []*receiver
+	srvs []*http.Server
+}
 
-// NewLocalFleet starts n receivers on loopback in this process.
-func NewLocalFleet(n int) (Fleet, error) {
+// NewLocalFleet starts n receivers on loopback in this process, each on its
+// own port, or with shared all on one port, receiver i at path /r<i>: one
+// destination host for hookd, many endpoints on it.
+func NewLocalFleet(n int, shared bool) (Fleet, error) {
 	f := &localFleet{}
 	for range n {
-		r, err := newReceiver()
+		f.rs = append(f.rs, &receiver{release: make(chan struct{}), epoch: time.Now()})
+	}
+	if shared {
+		mux := http.NewServeMux()
+		base, err := f.serve(mux)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
-		f.rs = append(f.rs, r)
+		for i, r := range f.rs {
+			path := "/r" + strconv.Itoa(i)
+			mux.Handle(path, r) // exact path: /r1 never takes /r10's requests
+			r.url = base + path
+		}
+		return f, nil
+	}
+	for _, r := range f.rs {
+		base, err := f.serve(r)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		r.url = base + "/hook"
 	}
 	return f, nil
+}
+
+// serve starts a server for h on a fresh loopback port and returns its base URL.
+// Each connection has its own goroutine, so a hanging request holds only its
+// own connection, never the port's other paths.
+func (f *localFleet) serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	f.srvs = append(f.srvs, srv)
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), nil
 }
 
 func (f *localFleet) URLs() []string {
@@ -320,7 +340,10 @@ func (f *localFleet) RSSMB() float64 { return 0 }
 
 func (f *localFleet) Close() error {
 	for _, r := range f.rs {
-		r.close()
+		close(r.release) // hanging handlers return
+	}
+	for _, srv := range f.srvs {
+		srv.Close()
 	}
 	return nil
 }
@@ -388,14 +411,15 @@ type hello struct {
 	URLs    []string `json:"urls"`
 }
 
-// ServeReceivers runs n receivers and a control endpoint, prints one JSON
-// line {"control":…,"urls":[…]} to stdout, and serves until stdin closes.
-// It is the child side of --receivers-process.
-func ServeReceivers(n int, stdin io.Reader, stdout io.Writer) error {
+// ServeReceivers runs n receivers (on one shared port if shared) and a
+// control endpoint, prints one JSON line {"control":…,"urls":[…]} to
+// stdout, and serves until stdin closes. It is the child side of
+// --receivers-process.
+func ServeReceivers(n int, shared bool, stdin io.Reader, stdout io.Writer) error {
 	if n < 1 || n > 1000 {
 		return fmt.Errorf("--serve-receivers: want 1 to 1000 receivers")
 	}
-	fl, err := NewLocalFleet(n)
+	fl, err := NewLocalFleet(n, shared)
 	if err != nil {
 		return err
 	}
@@ -424,13 +448,22 @@ type remoteFleet struct {
 	client  *http.Client
 }
 
-// StartRemoteFleet runs argv (plus n as its last argument), which must
-// behave like ServeReceivers, and connects to it.
-func StartRemoteFleet(argv []string, n int) (Fleet, error) {
+// SharedHostArg is the argument StartRemoteFleet puts before the receiver
+// count when the receivers must share one port.
+const SharedHostArg = "--shared-host"
+
+// StartRemoteFleet runs argv plus, when shared, SharedHostArg, plus n as the
+// last argument; that command must behave like ServeReceivers. It connects
+// to it.
+func StartRemoteFleet(argv []string, n int, shared bool) (Fleet, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("receivers process: no command")
 	}
-	cmd := exec.Command(argv[0], append(append([]string(nil), argv[1:]...), strconv.Itoa(n))...)
+	args := append([]string(nil), argv[1:]...)
+	if shared {
+		args = append(args, SharedHostArg)
+	}
+	cmd := exec.Command(argv[0], append(args, strconv.Itoa(n))...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -456,6 +489,10 @@ func StartRemoteFleet(argv []string, n int) (Fleet, error) {
 			got <- fmt.Errorf("receivers process: unexpected first line %q", line)
 			return
 		}
+		if shared && !oneHost(h.URLs) {
+			got <- fmt.Errorf("receivers process: asked for one shared port, got %q", h.URLs)
+			return
+		}
 		f.control, f.urls = h.Control, h.URLs
 		got <- nil
 		io.Copy(io.Discard, stdout)
@@ -473,6 +510,19 @@ func StartRemoteFleet(argv []string, n int) (Fleet, error) {
 }
 
 func (f *remoteFleet) URLs() []string { return f.urls }
+
+// oneHost reports whether every URL names the same host:port.
+func oneHost(urls []string) bool {
+	host := ""
+	for i, s := range urls {
+		u, err := url.Parse(s)
+		if err != nil || (i > 0 && u.Host != host) {
+			return false
+		}
+		host = u.Host
+	}
+	return true
+}
 
 func (f *remoteFleet) call(method, path string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(context.Background(), method, f.control+path, bytes.NewReader(body))
