@@ -29,7 +29,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	adminToken := fs.String("admin-token", "", "bearer token with access to every tenant (generated and printed at start if empty)")
 	var allow listFlag
 	fs.Var(&allow, "allow-network", "CIDR that deliveries may reach despite the SSRF guard, e.g. 127.0.0.0/8 for local development (repeatable)")
-	hostConc := fs.Int("host-concurrency", 10, "in-flight attempts allowed per destination host")
+	hostConc := fs.Int("host-concurrency", 10, "in-flight attempts allowed per destination host (host:port), shared fairly among the endpoints active on it")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight sends may take to finish on SIGINT/SIGTERM")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := fs.String("pprof", "", "loopback address to serve the Go profiler on (/debug/pprof/), e.g. 127.0.0.1:6060; empty: off")

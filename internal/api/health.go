@@ -9,6 +9,9 @@ type healthJSON struct {
 	State                  string     `json:"state"`
 	DisabledReason         string     `json:"disabled_reason"`
 	Circuit                string     `json:"circuit"`
+	EndpointCircuit        string     `json:"endpoint_circuit"`
+	HostCircuit            string     `json:"host_circuit"`
+	PausedUntil            *time.Time `json:"paused_until"`
 	SuccessRate            *float64   `json:"success_rate"`
 	Pending                int        `json:"pending"`
 	LagSeconds             float64    `json:"lag_seconds"`
@@ -23,8 +26,9 @@ type healthJSON struct {
 }
 
 // subscriptionHealth tells a customer whether their endpoint is keeping up,
-// and when it is not, why: circuit state, recent success, backlog and lag,
-// failures, and a hint when the failures look like a configuration error.
+// and when it is not, why: what holds it back (its own circuit, its host's,
+// a Retry-After pause), recent success, backlog and lag, failures, and a
+// hint when the failures look like a configuration error.
 func (s *Server) subscriptionHealth(w http.ResponseWriter, r *http.Request, p principal) error {
 	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
 	if err != nil {
@@ -37,8 +41,13 @@ func (s *Server) subscriptionHealth(w http.ResponseWriter, r *http.Request, p pr
 	h := s.Dispatch.Health(sub.Host, sub.ID)
 	out := healthJSON{
 		State: string(sub.State), DisabledReason: sub.DisabledReason, Circuit: h.Circuit,
+		EndpointCircuit: h.EndpointCircuit, HostCircuit: h.HostCircuit,
 		SuccessRate: h.SuccessRate, Pending: st.Pending, Failed: st.Failed,
 		LikelyConfigurationErr: h.ConfigError,
+	}
+	if !h.PausedUntil.IsZero() {
+		t := h.PausedUntil.UTC()
+		out.PausedUntil = &t
 	}
 	if !st.OldestPendingAt.IsZero() {
 		out.LagSeconds = time.Since(st.OldestPendingAt).Seconds()

@@ -457,21 +457,46 @@ func TestAJoiningNodeSendsNothingTwice(t *testing.T) {
 	}
 }
 
-// A subscription's health reports its host's circuit whichever node is
-// asked: the owner publishes its breaker, the others read it.
+// A subscription's health reports its circuits and pause whichever node
+// is asked: the owner publishes its host's and its endpoints', the others
+// read them.
 func TestHealthShowsTheOwnersCircuitOnEveryNode(t *testing.T) {
 	t.Parallel()
 	a, b := twoNodes(t)
 	rc := receiverOn(t, a)
-	rc.Respond = func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }
-	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
+	rc.Respond = func(_ int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			w.Header().Set("Retry-After", "120")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+	sub, _ := a.subscribe(a.admin, rc.URL, []string{"a.*"}, nil)
+	busy, _ := a.subscribe(a.admin, rc.URL+"/busy", []string{"b.*"}, nil)
 	waitKnown(t, sub, present, a, b)
-	for i := range 25 { // 20 failures in a minute open the breaker
+	waitKnown(t, busy, present, a, b)
+	for i := range 25 { // 20 failures in a minute open the endpoint's breaker
 		a.post(a.admin, "a.b", map[string]any{"i": i})
 	}
-	circuit := func(n *env) string {
-		return n.admin.Must(http.StatusOK, "GET", "/v1/subscriptions/"+sub+"/health", nil)["circuit"].(string)
+	a.post(a.admin, "b.c", map[string]any{})
+	health := func(n *env, id string) map[string]any {
+		return n.admin.Must(http.StatusOK, "GET", "/v1/subscriptions/"+id+"/health", nil)
 	}
-	testenv.Eventually(t, 10*time.Second, "the owner's breaker open", func() bool { return circuit(a) == "open" })
-	testenv.Eventually(t, 10*time.Second, "the other node reporting it open", func() bool { return circuit(b) == "open" })
+	for _, n := range []*env{a, b} {
+		testenv.Eventually(t, 10*time.Second, "the owner's endpoint breaker open, seen from "+n.app.dispatch.Node(), func() bool {
+			h := health(n, sub)
+			return h["circuit"] == "open" && h["endpoint_circuit"] == "open" && h["host_circuit"] == "closed"
+		})
+		testenv.Eventually(t, 10*time.Second, "the owner's endpoint pause, seen from "+n.app.dispatch.Node(), func() bool {
+			h := health(n, busy)
+			until, ok := h["paused_until"].(string)
+			if !ok {
+				return false
+			}
+			at, err := time.Parse(time.RFC3339Nano, until)
+			return err == nil && time.Until(at) > time.Minute && time.Until(at) <= 2*time.Minute &&
+				h["circuit"] == "closed" && h["host_circuit"] == "closed"
+		})
+	}
 }

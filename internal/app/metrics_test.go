@@ -126,7 +126,8 @@ func TestMetricsCountAKnownRun(t *testing.T) {
 		{"hookd_dispatch_window_deliveries", nil, 0},
 		{"hookd_dispatch_inflight", nil, 0},
 		{"hookd_breakers_open", nil, 0},
-		{"hookd_hosts_rate_limited", nil, 0},
+		{"hookd_endpoint_breakers_open", nil, 0},
+		{"hookd_endpoints_rate_limited", nil, 0},
 	}
 	for _, c := range counters {
 		if got := value(t, fams, c.name, c.labels...); got != c.want {
@@ -194,9 +195,10 @@ func TestMetricsCountAKnownRun(t *testing.T) {
 	}
 }
 
-// The scrape-time gauges follow the dispatcher: a host failing every
-// attempt opens its breaker and its held work sits in the window; a host
-// answering 429 is rate-limited.
+// The scrape-time gauges follow the dispatcher: an endpoint failing every
+// attempt opens its own breaker (its host's stays closed: it answers) and
+// its held work sits in the window; an endpoint answering 429 is
+// rate-limited.
 func TestMetricsGaugesShowBreakersAndRateLimits(t *testing.T) {
 	t.Parallel()
 	e := start(t, true)
@@ -216,8 +218,8 @@ func TestMetricsGaugesShowBreakersAndRateLimits(t *testing.T) {
 	var fams map[string]*dto.MetricFamily
 	testenv.Eventually(t, 20*time.Second, "breaker open, 429 cut in force, held work in the window", func() bool {
 		fams = e.scrape()
-		return value(t, fams, "hookd_breakers_open") == 1 &&
-			value(t, fams, "hookd_hosts_rate_limited") == 1 &&
+		return value(t, fams, "hookd_endpoint_breakers_open") == 1 &&
+			value(t, fams, "hookd_endpoints_rate_limited") == 1 &&
 			value(t, fams, "hookd_dispatch_window_deliveries") > 0
 	})
 	// Refills top a window up only once it runs below half, so how many of
@@ -227,6 +229,9 @@ func TestMetricsGaugesShowBreakersAndRateLimits(t *testing.T) {
 	}
 	if n := down.Count(); n != held {
 		t.Errorf("the failing endpoint got %d requests, want %d: the open breaker holds the retries", n, held)
+	}
+	if got := value(t, fams, "hookd_breakers_open"); got != 0 {
+		t.Errorf("host breakers open = %v, want 0: one endpoint's failures are its own", got)
 	}
 	if got := value(t, fams, "hookd_dispatch_inflight"); got != 0 {
 		t.Errorf("inflight = %v, want 0", got)

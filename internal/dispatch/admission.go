@@ -9,18 +9,26 @@ import (
 
 // Admission defaults (DESIGN.md "Dispatch").
 const (
-	breakerWindow      = 60 * time.Second // failure rate is measured over this
-	breakerMinVolume   = 20               // attempts in the window before the rate counts
+	breakerWindow    = 60 * time.Second // failure rate is measured over this
+	breakerMinVolume = 20               // attempts in the window before the rate counts
+	// breakerLookback is how far the window widens, to the last
+	// breakerMinVolume attempts, when attempts are too slow to reach the
+	// volume in a minute: a hanging endpoint held to one slot makes six.
+	breakerLookback    = 10 * time.Minute
 	breakerFailRatio   = 0.5
 	breakerFirstOpen   = 30 * time.Second
 	breakerMaxOpen     = 30 * time.Minute
-	rampStart          = 0.10 // share of the destination's rate admitted when it recovers
+	hostMinFailing     = 3           // endpoints failing at once before it is the host's failure
+	activeWindow       = time.Minute // an endpoint that sent this recently shares its host's cap
+	hostPauseWindow    = time.Minute // two endpoints told to wait within this pause their host
+	rampStart          = 0.10        // share of the destination's rate admitted when it recovers
 	rampDuration       = 5 * time.Minute
 	rampHealthyRatio   = 0.9 // the ramp advances only while this share of attempts succeed
+	rampLookback       = 10 * time.Second
 	backlogFloor       = 0.2 // share of a lane's starts kept for its oldest work
-	aimdCut            = 0.5 // a 429 halves the destination's rate
+	aimdCut            = 0.5 // a 429 halves the endpoint's rate
 	aimdRecoverPerSec  = 0.05
-	aimdMinRate        = 0.5 // deliveries/s: a cut never stops a destination entirely
+	aimdMinRate        = 0.5 // deliveries/s: a cut never stops an endpoint entirely
 	observedRateWindow = 10 * time.Second
 )
 
@@ -36,39 +44,107 @@ func (c circuit) String() string {
 	return [...]string{"closed", "open", "half_open"}[c]
 }
 
-// breaker is a host's circuit breaker: it opens on a failure rate over a
-// minimum volume (never a bare count), waits, lets exactly one probe through,
-// and closes only on that probe's success.
-type breaker struct {
-	state   circuit
-	secs    [int(breakerWindow / time.Second)]second // ring of per-second counts
-	retryAt time.Time                                // when an open breaker lets a probe through
-	backoff time.Duration                            // the last open period (before jitter)
-	probing bool                                     // the half-open probe is in flight
+// tally is the outcomes of one second (or a sum of seconds): attempts,
+// failures, and failed connections.
+type tally struct {
+	at            int64 // the unix second counted
+	n, fail, conn uint32
 }
 
-type second struct {
-	at       int64 // unix second this slot counts
-	ok, fail int
+// mark is one recent outcome.
+type mark struct {
+	at         int64 // unix nanoseconds
+	fail, conn bool
 }
 
-func (b *breaker) slot(now time.Time) *second {
-	s := &b.secs[now.Unix()%int64(len(b.secs))]
+// window keeps the outcomes a breaker judges: per-second tallies over
+// breakerWindow, and the last breakerMinVolume outcomes, to which the
+// look-back widens (up to breakerLookback) when a minute holds fewer.
+type window struct {
+	secs   [int(breakerWindow / time.Second)]tally
+	recent [breakerMinVolume]mark
+	next   int // the slot of recent the next outcome takes: the oldest once full
+	seen   int // outcomes in recent
+}
+
+func (w *window) add(now time.Time, fail, conn bool) {
+	s := &w.secs[now.Unix()%int64(len(w.secs))]
 	if s.at != now.Unix() {
-		*s = second{at: now.Unix()}
+		*s = tally{at: now.Unix()}
 	}
-	return s
+	s.n++
+	if fail {
+		s.fail++
+	}
+	if conn {
+		s.conn++
+	}
+	w.recent[w.next] = mark{at: now.UnixNano(), fail: fail, conn: conn}
+	w.next = (w.next + 1) % len(w.recent)
+	w.seen = min(w.seen+1, len(w.recent))
 }
 
-// counts sums the window ending at now.
-func (b *breaker) counts(now time.Time, window time.Duration) (ok, fail int) {
-	from := now.Add(-window).Unix()
-	for _, s := range b.secs {
-		if s.at > from && s.at <= now.Unix() {
-			ok, fail = ok+s.ok, fail+s.fail
+// sum totals the seconds of the span ending at now (at most breakerWindow).
+func (w *window) sum(now time.Time, span time.Duration) tally {
+	var t tally
+	from, to := now.Add(-span).Unix(), now.Unix()
+	for _, s := range w.secs {
+		if s.at > from && s.at <= to {
+			t.n, t.fail, t.conn = t.n+s.n, t.fail+s.fail, t.conn+s.conn
 		}
 	}
-	return ok, fail
+	return t
+}
+
+// lookback totals what the breaker judges: the last minute when it holds
+// the minimum volume, else the last breakerMinVolume outcomes if they all
+// came within breakerLookback. ok is false when neither has the volume.
+func (w *window) lookback(now time.Time) (tally, bool) {
+	if t := w.sum(now, breakerWindow); t.n >= breakerMinVolume {
+		return t, true
+	}
+	if w.seen < len(w.recent) || now.UnixNano()-w.recent[w.next].at > int64(breakerLookback) {
+		return tally{}, false
+	}
+	t := tally{n: uint32(len(w.recent))}
+	for _, m := range w.recent {
+		if m.fail {
+			t.fail++
+		}
+		if m.conn {
+			t.conn++
+		}
+	}
+	return t, true
+}
+
+// last is the newest outcome.
+func (w *window) last() (mark, bool) {
+	if w.seen == 0 {
+		return mark{}, false
+	}
+	return w.recent[(w.next+len(w.recent)-1)%len(w.recent)], true
+}
+
+// tripping: at least breakerFailRatio of what lookback judges, counted by
+// of (failures, or failed connections), went wrong.
+func (w *window) tripping(now time.Time, of func(tally) uint32) bool {
+	t, ok := w.lookback(now)
+	return ok && float64(of(t)) >= breakerFailRatio*float64(t.n)
+}
+
+func failures(t tally) uint32    { return t.fail }
+func connections(t tally) uint32 { return t.conn }
+
+// breaker is a circuit breaker's state: open for 30 s, doubling on each
+// failed probe to 30 min, jittered; then half-open, letting exactly one
+// probe through; closed again only by that probe's success. What trips it
+// and what counts as the probe's success is its owner's to judge.
+type breaker struct {
+	state   circuit
+	retryAt time.Time     // when an open breaker lets a probe through
+	backoff time.Duration // the last open period (before jitter)
+	probing bool          // the half-open probe is in flight
 }
 
 // admits reports whether an attempt may start; it moves an open breaker
@@ -95,30 +171,20 @@ func (b *breaker) started() bool {
 	return false
 }
 
-// record counts an outcome and moves the state. It reports whether the
-// breaker just closed (the caller starts the recovery ramp).
-func (b *breaker) record(now time.Time, failed, probe bool) (closedNow bool) {
-	s := b.slot(now)
-	if failed {
-		s.fail++
-	} else {
-		s.ok++
-	}
-	switch {
-	case probe && !failed:
-		b.state, b.probing, b.backoff = closed, false, 0
-		b.secs = [len(b.secs)]second{} // a fresh start: old failures do not reopen it
-		return true
-	case probe && failed:
+// probed settles the probe: success closes the breaker (it reports true:
+// the caller starts the recovery ramp), failure opens it for longer.
+func (b *breaker) probed(now time.Time, success bool) bool {
+	if !success {
 		b.trip(now)
-	case b.state == closed:
-		ok, fail := b.counts(now, breakerWindow)
-		if n := ok + fail; n >= breakerMinVolume && float64(fail) >= breakerFailRatio*float64(n) {
-			b.trip(now)
-		}
+		return false
 	}
-	return false
+	b.state, b.probing, b.backoff = closed, false, 0
+	return true
 }
+
+// abandon: the probe told nothing of what this breaker judges (an
+// endpoint's probe whose connection failed); another may go.
+func (b *breaker) abandon() { b.probing = false }
 
 // trip opens the breaker for 30 s, doubling on each failed probe to 30 min, jittered.
 func (b *breaker) trip(now time.Time) {
@@ -253,7 +319,7 @@ func (k *bucket) nextToken(now time.Time) time.Time {
 	return at
 }
 
-// aimd is the destination's adaptive rate after 429s: each 429 halves it,
+// aimd is the endpoint's adaptive rate after 429s: each 429 halves it,
 // and it grows back additively until it reaches where it was, then lifts.
 type aimd struct {
 	rate    float64 // deliveries/s; 0 means not limited
@@ -290,7 +356,7 @@ func (a *aimd) limiting(now time.Time) bool {
 }
 
 // ramp is the slow start after a breaker closes: the share of the
-// destination's concurrency and rate admitted, from 10 % to 100 % over five
+// endpoint's (or the host's) concurrency and rate admitted, from 10 % to 100 % over five
 // minutes, advancing only while attempts succeed.
 type ramp struct {
 	level float64 // 0 or 1: no ramp

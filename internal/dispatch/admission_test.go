@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -126,18 +127,108 @@ func TestIdleLaneKeepsItsBucketForTheWindow(t *testing.T) {
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h, l := d.lane("limited.example:443", "sub_1")
+	h, l := d.laneLocked("limited.example:443", "sub_1")
 	l.bucket.ready(now, 1)
 	l.bucket.take(now)
-	d.forgetIdle(h, now.Add(rateWindow/2))
+	d.forgetIdleLocked(h, now.Add(rateWindow/2))
 	if d.hosts[h.name] == nil || h.lanes["sub_1"] != l {
 		t.Fatal("a lane that sent half a window ago was forgotten with its bucket")
 	}
 	if l.bucket.ready(now.Add(rateWindow/2), 1) {
 		t.Error("a second send within the window of a rate of 1 is allowed")
 	}
-	d.forgetIdle(h, now.Add(rateWindow))
+	d.forgetIdleLocked(h, now.Add(rateWindow))
 	if d.hosts[h.name] != nil {
 		t.Error("the idle lane is kept after its window passed")
+	}
+}
+
+// The breaker's look-back: 20 attempts in a minute judge by rate; slower
+// attempts widen it to the last 20 while they all fall within ten minutes,
+// so an endpoint held to one slot that times out every 10 s still trips
+// (six attempts a minute never reach the volume in one).
+func TestWindowWidensForSlowAttempts(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	for _, c := range []struct {
+		name     string
+		every    time.Duration
+		n        int
+		failEach int // every failEach-th attempt fails
+		trips    bool
+	}{
+		{"fast, all failing", 100 * time.Millisecond, 20, 1, true},
+		{"fast, one in two failing", 100 * time.Millisecond, 40, 2, true},
+		{"fast, one in three failing", 100 * time.Millisecond, 40, 3, false},
+		{"fast, under the volume", 100 * time.Millisecond, 19, 1, false},
+		{"a timeout every 10 s", 10 * time.Second, 20, 1, true},
+		{"a timeout every 10 s, not yet 20", 10 * time.Second, 19, 1, false},
+		{"a failure every 40 s: 20 span over ten minutes", 40 * time.Second, 30, 1, false},
+	} {
+		var w window
+		now := start
+		for i := range c.n {
+			w.add(now, i%c.failEach == 0, false)
+			now = now.Add(c.every)
+		}
+		now = now.Add(-c.every) // judged at the last outcome
+		if got := w.tripping(now, failures); got != c.trips {
+			t.Errorf("%s: tripping %v, want %v", c.name, got, c.trips)
+		}
+	}
+}
+
+// A Retry-After pauses the endpoint that was told; its host only when a
+// second endpoint of it is told within a minute.
+func TestRetryAfterPausesTheHostOnlyForTwoEndpoints(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	h := &host{name: "discord.example:443", lanes: map[string]*lane{}}
+	a, b := &lane{subID: "sub_a"}, &lane{subID: "sub_b"}
+	h.pause(a, now.Add(time.Minute), now)
+	h.pause(a, now.Add(2*time.Minute), now.Add(time.Second)) // the same endpoint again
+	if !h.pauseUntil.IsZero() || !a.pauseUntil.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("one endpoint told twice: host paused until %v, endpoint until %v", h.pauseUntil, a.pauseUntil)
+	}
+	h.pause(b, now.Add(3*time.Minute), now.Add(2*time.Minute)) // a minute and more after a's last
+	if !h.pauseUntil.IsZero() {
+		t.Fatalf("a second endpoint told over a minute later paused the host until %v", h.pauseUntil)
+	}
+	h.pause(a, now.Add(4*time.Minute), now.Add(2*time.Minute+30*time.Second))
+	if !h.pauseUntil.Equal(now.Add(4 * time.Minute)) {
+		t.Fatalf("two endpoints told within a minute: host paused until %v, want %v", h.pauseUntil, now.Add(4*time.Minute))
+	}
+}
+
+// Most endpoints failing at once is host-wide evidence; a few failing
+// among many healthy ones is not, however often they fail.
+func TestMostEndpointsFailing(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	build := func(failing, healthy int) *host {
+		h := &host{name: "gw.example:443", lanes: map[string]*lane{}}
+		for i := range failing + healthy {
+			l := &lane{subID: fmt.Sprintf("sub_%d", i), lastStart: now}
+			fail := i < failing
+			for k := range 7 { // three endpoints' worth reach the volume
+				at := now.Add(time.Duration(k-7) * time.Second)
+				l.outcomes.add(at, fail, false)
+				h.outcomes.add(at, fail, false)
+			}
+			h.lanes[l.subID] = l
+		}
+		return h
+	}
+	for _, c := range []struct {
+		failing, healthy int
+		want             bool
+	}{
+		{3, 0, true},
+		{3, 2, true},
+		{2, 0, false}, // fewer than three endpoints
+		{3, 3, false}, // not more than half
+		{10, 90, false},
+		{60, 40, true},
+	} {
+		if got := build(c.failing, c.healthy).mostEndpointsFailing(now); got != c.want {
+			t.Errorf("%d failing, %d healthy: %v, want %v", c.failing, c.healthy, got, c.want)
+		}
 	}
 }

@@ -287,7 +287,7 @@ func TestOverflowDuringRefillIsNotLost(t *testing.T) {
 	jobsFor := func(ids []string) []core.Job { return b.jobs(t, ids) }
 	// The host is paused (a Retry-After), so its fresh window stays full.
 	d.mu.Lock()
-	h, _ := d.lane(sub.Host, sub.ID)
+	h, _ := d.laneLocked(sub.Host, sub.ID)
 	h.pauseUntil = time.Now().Add(time.Hour)
 	d.mu.Unlock()
 	d.Notify(jobsFor(b.pending(t, sub, 2)))
@@ -354,9 +354,9 @@ func TestHandOffsBeyondWindowStayInMemoryWhileHostTakesWork(t *testing.T) {
 
 	// A Retry-After pause: the lane keeps a window and leaves the rest to the store.
 	d.mu.Lock()
-	h, _ := d.lane(sub.Host, sub.ID)
+	h, _ := d.laneLocked(sub.Host, sub.ID)
 	h.pauseUntil = time.Now().Add(200 * time.Millisecond)
-	d.pump(h, time.Now())
+	d.pumpLocked(h, time.Now())
 	d.mu.Unlock()
 	if window, _ := d.held(sub.Host); window > 4 {
 		t.Fatalf("%d hand-offs held while the host is paused, want at most the window of 4", window)
@@ -427,7 +427,7 @@ func TestMovedSubscriptionIsSentOnceFromItsNewHost(t *testing.T) {
 	}), 64)
 	// The old host pauses (a Retry-After) with the lane full.
 	d.mu.Lock()
-	old, _ := d.lane(sub.Host, sub.ID)
+	old, _ := d.laneLocked(sub.Host, sub.ID)
 	old.pauseUntil = time.Now().Add(time.Hour)
 	d.mu.Unlock()
 	d.Wake(sub.Host, sub.ID)
@@ -451,7 +451,7 @@ func TestMovedSubscriptionIsSentOnceFromItsNewHost(t *testing.T) {
 	// The pause ends: the old lane must let go of its copies, not send them.
 	d.mu.Lock()
 	old.pauseUntil = time.Now()
-	d.pump(old, time.Now())
+	d.pumpLocked(old, time.Now())
 	d.mu.Unlock()
 	testenv.Eventually(t, 5*time.Second, "the old lane let go", func() bool {
 		w, known := d.held("old.example:80")

@@ -38,7 +38,14 @@ func (s *subHealth) add(now time.Time, out send.Outcome) {
 
 // Health is what the dispatcher knows of a subscription right now.
 type Health struct {
-	Circuit string // closed, open or half_open: the breaker of its host
+	// Circuit is what holds the endpoint back: its own circuit, or its
+	// host's when that is worse (open, then half_open, then closed).
+	Circuit         string
+	EndpointCircuit string
+	HostCircuit     string
+	// PausedUntil is the end of a Retry-After pause in force, the
+	// endpoint's or its host's (the later); zero when there is none.
+	PausedUntil time.Time
 	// SuccessRate is the delivered share of attempts in the last hour; nil
 	// when there were none.
 	SuccessRate *float64
@@ -48,22 +55,58 @@ type Health struct {
 	ConfigCode  int
 }
 
-// Health reports a subscription's circuit and recent outcomes. Advisory:
-// nothing here changes how deliveries are sent.
+// Health reports a subscription's circuits, pause and recent outcomes.
+// Advisory: nothing here changes how deliveries are sent. On a node that
+// does not own the host the circuits are read from the board.
 func (d *Dispatcher) Health(hostName, subID string) Health {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	now := time.Now()
-	hl := Health{Circuit: closed.String()}
-	if d.board != nil && !d.ownsHost(hostName) {
-		hl.Circuit = d.boardCircuit(hostName) // another node's to say
-	} else if h := d.hosts[hostName]; h != nil {
+	hl := Health{EndpointCircuit: closed.String(), HostCircuit: closed.String()}
+	remote := d.board != nil && !d.ownsHostLocked(hostName)
+	if h := d.hosts[hostName]; h != nil && !remote {
 		h.breaker.admits(now) // an expired open period reads as half-open
-		hl.Circuit = h.breaker.state.String()
+		hl.HostCircuit = h.breaker.state.String()
+		paused := h.pauseUntil
+		if l := h.lanes[subID]; l != nil {
+			l.breaker.admits(now)
+			hl.EndpointCircuit = l.breaker.state.String()
+			if l.pauseUntil.After(paused) {
+				paused = l.pauseUntil
+			}
+		}
+		if paused.After(now) {
+			hl.PausedUntil = paused
+		}
 	}
+	d.recentLocked(&hl, subID, now)
+	d.mu.Unlock()
+	if remote {
+		d.boardHealth(&hl, hostName, subID, now)
+	}
+	hl.Circuit = hl.HostCircuit
+	if rank(hl.EndpointCircuit) > rank(hl.Circuit) {
+		hl.Circuit = hl.EndpointCircuit
+	}
+	return hl
+}
+
+// rank orders circuits by how much they hold back.
+func rank(c string) int {
+	switch c {
+	case open.String():
+		return 2
+	case halfOpen.String():
+		return 1
+	}
+	return 0
+}
+
+// recentLocked fills in the subscription's recent success rate and
+// configuration-error hint.
+func (d *Dispatcher) recentLocked(hl *Health, subID string, now time.Time) {
 	s := d.health[subID]
 	if s == nil {
-		return hl
+		return
 	}
 	var ok, total int
 	failsBy := map[int]int{}
@@ -90,17 +133,19 @@ func (d *Dispatcher) Health(hostName, subID string) Health {
 			hl.ConfigError, hl.ConfigCode = true, code
 		}
 	}
-	return hl
 }
 
 // Stats counts what the dispatcher holds in memory right now.
 type Stats struct {
-	Hosts        int // destination hosts
-	Lanes        int // (host, subscription) lanes
-	Window       int // deliveries queued, not yet started
-	Inflight     int // attempts in flight
-	BreakersOpen int // hosts whose circuit is open or half-open
-	RateLimited  int // hosts with a 429 rate cut in force
+	Hosts                int // destination hosts
+	Lanes                int // (host, subscription) lanes: endpoints
+	Window               int // deliveries queued, not yet started
+	Inflight             int // attempts in flight
+	BreakersOpen         int // hosts whose circuit is open or half-open
+	EndpointBreakersOpen int // endpoints whose own circuit is open or half-open
+	RateLimited          int // endpoints with a 429 rate cut in force
+	HostsPaused          int // hosts held by a Retry-After (two endpoints told to wait)
+	EndpointsPaused      int // endpoints held by a Retry-After of their own
 }
 
 // Stats takes the lock once and counts; it reads admission state without
@@ -114,91 +159,127 @@ func (d *Dispatcher) Stats() Stats {
 	for _, h := range d.hosts {
 		s.Lanes += len(h.lanes)
 		s.Inflight += h.inflight
-		for _, l := range h.lanes {
-			s.Window += l.queued()
-		}
 		if h.breaker.state != closed {
 			s.BreakersOpen++
 		}
-		if h.aimd.limiting(now) {
-			s.RateLimited++
+		if now.Before(h.pauseUntil) {
+			s.HostsPaused++
+		}
+		for _, l := range h.lanes {
+			s.Window += l.queued()
+			if l.breaker.state != closed {
+				s.EndpointBreakersOpen++
+			}
+			if l.aimd.limiting(now) {
+				s.RateLimited++
+			}
+			if now.Before(l.pauseUntil) {
+				s.EndpointsPaused++
+			}
 		}
 	}
 	return s
 }
 
-// boardCircuit reads the breaker the owner of host published. Called with
-// d.mu held, which it lets go of while it asks the store.
-func (d *Dispatcher) boardCircuit(host string) string {
-	d.mu.Unlock()
-	defer d.mu.Lock()
+// boardHealth reads the circuits and pauses the owner of host published
+// for it and the endpoint.
+func (d *Dispatcher) boardHealth(hl *Health, host, subID string, now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, ok, err := d.board.CircuitGet(ctx, host)
-	switch {
-	case err != nil:
-		d.cfg.Log.Warn("reading a host's published circuit", "host", host, "err", err)
-		return closed.String()
-	case !ok || !c.Open || c.Age > staleCircuit:
-		return closed.String()
-	case c.RetryIn > 0:
-		return open.String()
+	cs, err := d.board.CircuitsGet(ctx, []string{host, subID})
+	if err != nil {
+		d.cfg.Log.Warn("reading published circuits", "host", host, "subscription", subID, "err", err)
+		return
 	}
-	return halfOpen.String()
+	for _, c := range cs {
+		if c.Age > staleCircuit {
+			continue // its host moved, or its owner died: closed
+		}
+		state := closed
+		switch {
+		case c.Open && c.RetryIn > 0:
+			state = open
+		case c.Open:
+			state = halfOpen
+		}
+		if c.Key == host {
+			hl.HostCircuit = state.String()
+		} else {
+			hl.EndpointCircuit = state.String()
+		}
+		if until := now.Add(c.PausedFor); c.PausedFor > 0 && until.After(hl.PausedUntil) {
+			hl.PausedUntil = until
+		}
+	}
 }
 
 const (
-	// publishInterval is how often the breakers of owned hosts that
-	// changed are published; open ones go again every republishOpen, and
-	// a published open breaker older than staleCircuit is read as closed
-	// (its host moved to a node that has it closed, or its owner died).
+	// publishInterval is how often the circuits of owned hosts and their
+	// endpoints that changed are published; open or paused ones go again
+	// every republishOpen, and one older than staleCircuit is read as
+	// closed (its host moved to a node that has it closed, or its owner died).
 	publishInterval = time.Second
 	republishOpen   = 10 * time.Second
 	staleCircuit    = 3 * republishOpen
 )
 
-// published is what the board last got for an open breaker.
+// published is what the board last got for a key held back (an open
+// circuit or a pause).
 type published struct {
-	retryAt, at time.Time
+	host                      string
+	retryAt, pauseUntil, sent time.Time
 }
 
-// publishCircuits publishes the breakers of owned hosts that changed since
-// the last time: open ones, and those that closed or left memory since. A
-// node whose leases may have lapsed publishes nothing: the host may be
-// another node's by now.
+// publishCircuits publishes the circuits of owned hosts and their
+// endpoints that changed since the last time: open or paused ones, and
+// those that closed, resumed or left memory since. A node whose leases may
+// have lapsed publishes nothing: the host may be another node's by now.
 func (d *Dispatcher) publishCircuits(ctx context.Context) {
 	d.mu.Lock()
 	now := time.Now()
-	if !d.mayStart(now) {
+	if !d.mayStartLocked(now) {
 		d.mu.Unlock()
 		return
 	}
-	var changed []store.HostCircuit
-	var retryAts []time.Time
+	var changed []store.Circuit
+	var sent []published
 	seen := map[string]bool{}
+	consider := func(key, host string, b *breaker, pause time.Time) {
+		seen[key] = true
+		held := b.state != closed || pause.After(now)
+		was, ok := d.published[key]
+		if held == ok && (!ok || (was.retryAt.Equal(b.retryAt) && was.pauseUntil.Equal(pause) && now.Sub(was.sent) <= republishOpen)) {
+			return
+		}
+		c := store.Circuit{Key: key}
+		if held {
+			c.Open = b.state != closed
+			if c.Open {
+				c.RetryIn = b.retryAt.Sub(now)
+			}
+			if pause.After(now) {
+				c.PausedFor = pause.Sub(now)
+			}
+		}
+		changed = append(changed, c)
+		sent = append(sent, published{host: host, retryAt: b.retryAt, pauseUntil: pause, sent: now})
+	}
 	for name, h := range d.hosts {
-		if !d.owns(h) {
+		if !d.ownsLocked(h) {
 			continue
 		}
-		seen[name] = true
-		isOpen := h.breaker.state != closed
-		was, ok := d.published[name]
-		if isOpen != ok || (ok && (!was.retryAt.Equal(h.breaker.retryAt) || now.Sub(was.at) > republishOpen)) {
-			c := store.HostCircuit{Host: name, Open: isOpen}
-			if isOpen {
-				c.RetryIn = h.breaker.retryAt.Sub(now)
-			}
-			changed = append(changed, c)
-			retryAts = append(retryAts, h.breaker.retryAt)
+		consider(name, name, &h.breaker, h.pauseUntil)
+		for id, l := range h.lanes {
+			consider(id, name, &l.breaker, l.pauseUntil)
 		}
 	}
-	for name := range d.published {
+	for key, was := range d.published {
 		switch {
-		case !d.ownsHost(name):
-			delete(d.published, name) // its new owner publishes it now
-		case !seen[name]:
-			changed = append(changed, store.HostCircuit{Host: name}) // forgotten while open: closed now
-			retryAts = append(retryAts, time.Time{})
+		case !d.ownsHostLocked(was.host):
+			delete(d.published, key) // its new owner publishes it now
+		case !seen[key]:
+			changed = append(changed, store.Circuit{Key: key}) // forgotten while held: closed now
+			sent = append(sent, published{host: was.host})
 		}
 	}
 	d.mu.Unlock()
@@ -214,10 +295,10 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 		d.published = map[string]published{}
 	}
 	for i, c := range changed {
-		if c.Open {
-			d.published[c.Host] = published{retryAt: retryAts[i], at: now}
+		if c.Open || c.PausedFor > 0 {
+			d.published[c.Key] = sent[i]
 		} else {
-			delete(d.published, c.Host)
+			delete(d.published, c.Key)
 		}
 	}
 	d.mu.Unlock()

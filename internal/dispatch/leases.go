@@ -69,39 +69,38 @@ func (d *Dispatcher) Rebalance() {
 	}
 }
 
-// ownsHost: the host's shard is held. Called with d.mu held.
-func (d *Dispatcher) ownsHost(name string) bool {
+// ownsHostLocked: the host's shard is held.
+func (d *Dispatcher) ownsHostLocked(name string) bool {
 	return d.leaser == nil || d.owned[core.ShardOf(name)]
 }
 
-// owns: h is the host in memory for its name and its shard is held; a host
-// let go of (disown) is no longer in d.hosts. Called with d.mu held.
-func (d *Dispatcher) owns(h *host) bool {
+// ownsLocked: h is the host in memory for its name and its shard is held; a host
+// let go of (disown) is no longer in d.hosts.
+func (d *Dispatcher) ownsLocked(h *host) bool {
 	return d.leaser == nil || (d.owned[h.shard] && d.hosts[h.name] == h)
 }
 
-// mayStart: the leases are not within a third of their TTL of lapsing. A
+// mayStartLocked: the leases are not within a third of their TTL of lapsing. A
 // node whose renewals fail stops starting sends before another node can
 // take its shards, so two nodes never send to one host at once.
-func (d *Dispatcher) mayStart(now time.Time) bool {
+func (d *Dispatcher) mayStartLocked(now time.Time) bool {
 	return d.leaser == nil || now.Before(d.heldUntil.Add(-d.cfg.LeaseTTL/3))
 }
 
-// disown lets go of a host whose shard this node no longer holds: queued
+// disownLocked lets go of a host whose shard this node no longer holds: queued
 // work is dropped (the store keeps it pending for the new owner); attempts
 // in flight finish and their results are written. The host and its
 // admission state go once nothing of it is in flight, being fetched or
-// awaiting its result write (busy).
-// Called with d.mu held.
-func (d *Dispatcher) disown(h *host) {
+// awaiting its result write (busyLocked).
+func (d *Dispatcher) disownLocked(h *host) {
 	for _, l := range h.lanes {
-		d.drop(l)
+		d.dropLocked(l)
 		for id := range l.reserved { // their hand-off will find the host not ours
 			l.unreserve(id)
 		}
 		l.storeDue = time.Time{}
 	}
-	if !d.busy(h) && d.hosts[h.name] == h {
+	if !d.busyLocked(h) && d.hosts[h.name] == h {
 		delete(d.hosts, h.name)
 	}
 }
@@ -145,14 +144,14 @@ func (d *Dispatcher) renew(ctx context.Context) ([]int, error) {
 		}
 	}
 	at := time.Now()
-	wasBlocked := !d.mayStart(at)
+	wasBlocked := !d.mayStartLocked(at)
 	d.owned, d.heldUntil = next, now.Add(d.cfg.LeaseTTL)
 	for _, h := range d.hosts {
 		switch {
 		case !d.owned[h.shard]:
-			d.disown(h)
+			d.disownLocked(h)
 		case wasBlocked:
-			d.pump(h, at)
+			d.pumpLocked(h, at)
 		}
 	}
 	if len(gained) > 0 || lost > 0 {
@@ -180,7 +179,7 @@ func (d *Dispatcher) handOver(ctx context.Context) {
 	}
 	busy := map[int]bool{}
 	for _, h := range d.hosts {
-		if _, ok := d.leaving[h.shard]; ok && d.busy(h) {
+		if _, ok := d.leaving[h.shard]; ok && d.busyLocked(h) {
 			busy[h.shard] = true
 		}
 	}
@@ -219,9 +218,9 @@ func (d *Dispatcher) drainTimer() <-chan time.Time {
 	return time.After(drainCheck)
 }
 
-// busy: something of h is in flight, being fetched or awaiting its result
-// write. Called with d.mu held.
-func (d *Dispatcher) busy(h *host) bool {
+// busyLocked: something of h is in flight, being fetched or awaiting its result
+// write.
+func (d *Dispatcher) busyLocked(h *host) bool {
 	if h.inflight > 0 {
 		return true
 	}

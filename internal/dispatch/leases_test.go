@@ -301,21 +301,21 @@ func TestLeavingShardsTheNodeDidNotKnowOfAreHandedOver(t *testing.T) {
 type board struct {
 	leasing
 	mu  sync.Mutex
-	got []store.HostCircuit
+	got []store.Circuit
 }
 
-func (b *board) CircuitsPublish(_ context.Context, cs []store.HostCircuit) error {
+func (b *board) CircuitsPublish(_ context.Context, cs []store.Circuit) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.got = append(b.got, cs...)
 	return nil
 }
 
-func (b *board) CircuitGet(context.Context, string) (store.HostCircuit, bool, error) {
-	return store.HostCircuit{}, false, nil
+func (b *board) CircuitsGet(context.Context, []string) ([]store.Circuit, error) {
+	return nil, nil
 }
 
-func (b *board) take() []store.HostCircuit {
+func (b *board) take() []store.Circuit {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	got := b.got
@@ -325,7 +325,8 @@ func (b *board) take() []store.HostCircuit {
 
 // An owned host's breaker is published when it opens, again when it
 // re-opens with a new retry time, and once more when it closes; a closed
-// breaker that never opened is not published at all.
+// breaker that never opened is not published at all. So are its
+// endpoints' own circuits and pauses.
 func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
 	bd := setup(t)
 	mine, _ := twoShards()
@@ -337,9 +338,9 @@ func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
 		t.Fatal("a leasing store that is a CircuitBoard was not used as one")
 	}
 	d.mu.Lock()
-	h, _ := d.lane(mine, "sub_x")
+	h, l := d.laneLocked(mine, "sub_x")
 	d.mu.Unlock()
-	publish := func() []store.HostCircuit {
+	publish := func() []store.Circuit {
 		d.publishCircuits(t.Context())
 		return bo.take()
 	}
@@ -351,7 +352,7 @@ func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
 	retry := h.breaker.retryAt
 	d.mu.Unlock()
 	before := time.Now()
-	if got := publish(); len(got) != 1 || !got[0].Open || got[0].Host != mine ||
+	if got := publish(); len(got) != 1 || !got[0].Open || got[0].Key != mine ||
 		got[0].RetryIn <= 0 || got[0].RetryIn > retry.Sub(before) {
 		t.Fatalf("after opening (retry at %v): %+v", retry, got)
 	}
@@ -369,6 +370,21 @@ func TestBreakersArePublishedWhenTheyChange(t *testing.T) {
 	d.mu.Unlock()
 	if got := publish(); len(got) != 1 || got[0].Open {
 		t.Fatalf("after closing: %+v", got)
+	}
+	// An endpoint's own circuit and its Retry-After pause go under its
+	// subscription ID; the pause's end is published as it ends.
+	d.mu.Lock()
+	l.breaker.trip(time.Now())
+	l.pauseUntil = time.Now().Add(time.Minute)
+	d.mu.Unlock()
+	if got := publish(); len(got) != 1 || got[0].Key != "sub_x" || !got[0].Open || got[0].PausedFor <= 0 {
+		t.Fatalf("after the endpoint's circuit opened and it was paused: %+v", got)
+	}
+	d.mu.Lock()
+	l.breaker.state, l.pauseUntil = closed, time.Time{}
+	d.mu.Unlock()
+	if got := publish(); len(got) != 1 || got[0].Key != "sub_x" || got[0].Open || got[0].PausedFor != 0 {
+		t.Fatalf("after the endpoint closed and its pause ended: %+v", got)
 	}
 	// A node whose leases may have lapsed publishes nothing: the host may
 	// be another node's already.

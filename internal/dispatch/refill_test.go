@@ -177,7 +177,7 @@ func TestReplayWhileResultIsNotedIsSentWithoutResync(t *testing.T) {
 	batch, ids := pendingBatch(sub, 1)
 	x := ids[0]
 	d.mu.Lock() // x is in flight: held by its lane
-	_, l := d.lane(host, sub.ID)
+	_, l := d.laneLocked(host, sub.ID)
 	l.known[x] = true
 	d.mu.Unlock()
 	b.commit(t, batch)

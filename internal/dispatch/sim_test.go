@@ -59,9 +59,10 @@ type simAttempt struct {
 	class      send.Class
 }
 
-// endpoint is one simulated destination host.
+// endpoint is one simulated endpoint (a URL): a host of its own, or one
+// path of a shared host.
 type endpoint struct {
-	host   string
+	url    string
 	behave func(now time.Time, n int, eventID string) reply
 
 	mu        sync.Mutex
@@ -77,10 +78,11 @@ func (e *endpoint) snapshot() []simAttempt {
 	return slices.Clone(e.attempts)
 }
 
+// fleet is the simulated endpoints by URL.
 type fleet map[string]*endpoint
 
 func (f fleet) Send(ctx context.Context, sub *core.Subscription, job *core.Job, now time.Time) send.Outcome {
-	ep := f[sub.Host]
+	ep := f[sub.URL]
 	ep.mu.Lock()
 	n := len(ep.attempts)
 	ep.inflight++
@@ -101,7 +103,7 @@ func (f fleet) Send(ctx context.Context, sub *core.Subscription, job *core.Job, 
 	}
 	switch {
 	case r.refused:
-		out.Class, out.Err = send.Retry, "connection refused"
+		out.Class, out.Err, out.Conn = send.Retry, "connection refused", true
 	case r.hang || r.latency >= sub.SendTimeout():
 		out.Class, out.Err = send.Retry, "timeout"
 	default:
@@ -164,14 +166,20 @@ func newSim(t *testing.T) *sim {
 
 // endpoint adds a subscription to "sim.<name>" events at its own host.
 func (s *sim) endpoint(name string, behave behaviour, edit ...func(*core.Subscription)) (*endpoint, core.Subscription) {
-	host := name + ".example:443"
-	ep := s.fleet[host]
+	return s.path(name+".example:443", "", "sim."+name, behave, edit...)
+}
+
+// path adds a subscription to typ events at https://host/path: many paths
+// on one host are many endpoints sharing it.
+func (s *sim) path(host, path, typ string, behave behaviour, edit ...func(*core.Subscription)) (*endpoint, core.Subscription) {
+	url := "https://" + host + "/" + path
+	ep := s.fleet[url]
 	if ep == nil {
-		ep = &endpoint{host: host, behave: behave, delivered: map[string]time.Time{}}
-		s.fleet[host] = ep
+		ep = &endpoint{url: url, behave: behave, delivered: map[string]time.Time{}}
+		s.fleet[url] = ep
 	}
-	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host + "/",
-		Host: host, EventTypes: []string{"sim." + name}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: url,
+		Host: host, EventTypes: []string{typ}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		State: core.SubActive, CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC()}
 	for _, e := range edit {
 		e(&sub)
@@ -605,7 +613,7 @@ func TestSimFleetForADayLosesNothing(t *testing.T) {
 		}
 		s.stop()
 		for _, k := range kinds {
-			ep := s.fleet[k.name+".example:443"]
+			ep := s.fleet["https://"+k.name+".example:443/"]
 			perDelivery := map[string]int{}
 			for _, a := range ep.snapshot() {
 				perDelivery[a.eventID]++

@@ -4,12 +4,15 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // DispatchStats is the dispatcher's in-memory state at one moment.
 type DispatchStats struct {
-	Hosts        int // destination hosts held in memory
-	Lanes        int // (host, subscription) lanes
-	Window       int // deliveries queued in memory, not yet started
-	Inflight     int // attempts in flight
-	BreakersOpen int // hosts whose circuit is open or half-open
-	RateLimited  int // hosts with a 429 rate cut in force
+	Hosts                int // destination hosts held in memory
+	Lanes                int // (host, subscription) lanes: endpoints
+	Window               int // deliveries queued in memory, not yet started
+	Inflight             int // attempts in flight
+	BreakersOpen         int // hosts whose circuit is open or half-open
+	EndpointBreakersOpen int // endpoints whose own circuit is open or half-open
+	RateLimited          int // endpoints with a 429 rate cut in force
+	HostsPaused          int // hosts held by a Retry-After two of their endpoints were given
+	EndpointsPaused      int // endpoints held by a Retry-After of their own
 }
 
 // WatchDispatcher exports the dispatcher's state as gauges read at scrape
@@ -34,9 +37,15 @@ var (
 	descInflight = prometheus.NewDesc("hookd_dispatch_inflight",
 		"Delivery attempts in flight.", nil, nil)
 	descBreakers = prometheus.NewDesc("hookd_breakers_open",
-		"Destination hosts whose circuit breaker is open or half-open.", nil, nil)
-	descRateLimited = prometheus.NewDesc("hookd_hosts_rate_limited",
-		"Destination hosts sent at a reduced rate after answering 429.", nil, nil)
+		"Destination hosts whose own circuit breaker is open or half-open (host-wide failures).", nil, nil)
+	descEndpointBreakers = prometheus.NewDesc("hookd_endpoint_breakers_open",
+		"Endpoints (subscriptions) whose own circuit breaker is open or half-open.", nil, nil)
+	descRateLimited = prometheus.NewDesc("hookd_endpoints_rate_limited",
+		"Endpoints sent at a reduced rate after answering 429.", nil, nil)
+	descHostsPaused = prometheus.NewDesc("hookd_hosts_paused",
+		"Destination hosts held by a Retry-After given to two or more of their endpoints within a minute.", nil, nil)
+	descEndpointsPaused = prometheus.NewDesc("hookd_endpoints_paused",
+		"Endpoints held by a Retry-After of their own.", nil, nil)
 )
 
 type dispatchCollector struct {
@@ -44,7 +53,8 @@ type dispatchCollector struct {
 }
 
 func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHosts, descLanes, descWindow, descInflight, descBreakers, descRateLimited} {
+	for _, d := range []*prometheus.Desc{descHosts, descLanes, descWindow, descInflight, descBreakers,
+		descEndpointBreakers, descRateLimited, descHostsPaused, descEndpointsPaused} {
 		ch <- d
 	}
 }
@@ -59,7 +69,10 @@ func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descWindow, s.Window)
 	gauge(descInflight, s.Inflight)
 	gauge(descBreakers, s.BreakersOpen)
+	gauge(descEndpointBreakers, s.EndpointBreakersOpen)
 	gauge(descRateLimited, s.RateLimited)
+	gauge(descHostsPaused, s.HostsPaused)
+	gauge(descEndpointsPaused, s.EndpointsPaused)
 }
 
 // WatchShed reports, at each scrape, how many subscriptions ingest sheds.

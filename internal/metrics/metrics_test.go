@@ -55,7 +55,8 @@ func TestExposition(t *testing.T) {
 	m.Lag(-time.Second) // a clock step: counted as zero
 	m.Expired(2)
 	m.WatchDispatcher(func() DispatchStats {
-		return DispatchStats{Hosts: 3, Lanes: 4, Window: 5, Inflight: 6, BreakersOpen: 1, RateLimited: 2}
+		return DispatchStats{Hosts: 3, Lanes: 4, Window: 5, Inflight: 6, BreakersOpen: 1, EndpointBreakersOpen: 7,
+			RateLimited: 2, HostsPaused: 8, EndpointsPaused: 9}
 	})
 	want := `
 # HELP hookd_attempts_total Delivery attempts, by what each did to its delivery: delivered, retry (another attempt scheduled), fail (failed: a non-retryable answer or the retry schedule spent), gone (410: failed and the subscription disabled).
@@ -64,7 +65,7 @@ hookd_attempts_total{outcome="delivered"} 0
 hookd_attempts_total{outcome="fail"} 0
 hookd_attempts_total{outcome="gone"} 1
 hookd_attempts_total{outcome="retry"} 0
-# HELP hookd_breakers_open Destination hosts whose circuit breaker is open or half-open.
+# HELP hookd_breakers_open Destination hosts whose own circuit breaker is open or half-open (host-wide failures).
 # TYPE hookd_breakers_open gauge
 hookd_breakers_open 1
 # HELP hookd_deliveries_expired_total Deliveries failed without an attempt because their retry window ran out while their host's circuit was open.
@@ -86,6 +87,15 @@ hookd_dispatch_lanes 4
 # HELP hookd_dispatch_window_deliveries Deliveries queued in memory (the bounded windows), not yet started.
 # TYPE hookd_dispatch_window_deliveries gauge
 hookd_dispatch_window_deliveries 5
+# HELP hookd_endpoint_breakers_open Endpoints (subscriptions) whose own circuit breaker is open or half-open.
+# TYPE hookd_endpoint_breakers_open gauge
+hookd_endpoint_breakers_open 7
+# HELP hookd_endpoints_paused Endpoints held by a Retry-After of their own.
+# TYPE hookd_endpoints_paused gauge
+hookd_endpoints_paused 9
+# HELP hookd_endpoints_rate_limited Endpoints sent at a reduced rate after answering 429.
+# TYPE hookd_endpoints_rate_limited gauge
+hookd_endpoints_rate_limited 2
 # HELP hookd_events_rejected_total POST /v1/events answered with an error, by reason.
 # TYPE hookd_events_rejected_total counter
 hookd_events_rejected_total{reason="internal"} 0
@@ -94,14 +104,14 @@ hookd_events_rejected_total{reason="not_found"} 0
 hookd_events_rejected_total{reason="too_large"} 0
 hookd_events_rejected_total{reason="unauthorized"} 0
 hookd_events_rejected_total{reason="unavailable"} 0
-# HELP hookd_hosts_rate_limited Destination hosts sent at a reduced rate after answering 429.
-# TYPE hookd_hosts_rate_limited gauge
-hookd_hosts_rate_limited 2
+# HELP hookd_hosts_paused Destination hosts held by a Retry-After given to two or more of their endpoints within a minute.
+# TYPE hookd_hosts_paused gauge
+hookd_hosts_paused 8
 `
 	names := []string{"hookd_attempts_total", "hookd_breakers_open", "hookd_deliveries_expired_total",
 		"hookd_deliveries_finished_total", "hookd_dispatch_hosts", "hookd_dispatch_inflight",
 		"hookd_dispatch_lanes", "hookd_dispatch_window_deliveries", "hookd_events_rejected_total",
-		"hookd_hosts_rate_limited"}
+		"hookd_endpoint_breakers_open", "hookd_endpoints_paused", "hookd_endpoints_rate_limited", "hookd_hosts_paused"}
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

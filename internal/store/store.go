@@ -229,26 +229,30 @@ type Leaser interface {
 }
 
 // CircuitBoard is implemented by a backend several nodes share: the node
-// that dispatches a host publishes its circuit breaker, so any node can
-// report it.
+// that dispatches a host publishes its circuits, the host's and those of
+// its endpoints, so any node can report them.
 type CircuitBoard interface {
-	// CircuitsPublish records each host's breaker as given.
-	CircuitsPublish(ctx context.Context, cs []HostCircuit) error
-	// CircuitGet returns a host's last published breaker; false if none was.
-	CircuitGet(ctx context.Context, host string) (HostCircuit, bool, error)
+	// CircuitsPublish records each circuit as given.
+	CircuitsPublish(ctx context.Context, cs []Circuit) error
+	// CircuitsGet returns the last published circuit of each of keys that
+	// has one, in no particular order.
+	CircuitsGet(ctx context.Context, keys []string) ([]Circuit, error)
 }
 
-// HostCircuit is one host's breaker: closed, or open for RetryIn more
-// (then it lets a probe through: half-open, RetryIn <= 0). CircuitGet also
-// says how long ago it was published (Age): owners publish open ones again
+// Circuit is one key's breaker: a host's ("host:port") or an endpoint's
+// (its subscription ID). Closed, or open for RetryIn more (then it lets a
+// probe through: half-open, RetryIn <= 0); PausedFor > 0 while a
+// Retry-After pause holds it that much longer. CircuitsGet also says how
+// long ago it was published (Age): owners publish open or paused ones again
 // now and then, so an old row means the host moved to a node with it
-// closed. Durations, not times: the store's clock measures both, so nodes
-// whose clocks disagree still read the same.
-type HostCircuit struct {
-	Host    string
-	Open    bool
-	RetryIn time.Duration
-	Age     time.Duration
+// closed. Durations, not times: the store's clock measures them all, so
+// nodes whose clocks disagree still read the same.
+type Circuit struct {
+	Key       string
+	Open      bool
+	RetryIn   time.Duration
+	PausedFor time.Duration
+	Age       time.Duration
 }
 
 // Notifier is implemented by a backend several nodes share: it tells the

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,37 +11,45 @@ import (
 
 var _ store.CircuitBoard = (*Store)(nil)
 
-func (s *Store) CircuitsPublish(ctx context.Context, cs []store.HostCircuit) error {
+// Circuits live in host_circuits, keyed in its host column: a host's
+// "host:port" or an endpoint's subscription ID.
+
+func (s *Store) CircuitsPublish(ctx context.Context, cs []store.Circuit) error {
 	if len(cs) == 0 {
 		return nil
 	}
-	hosts, open, retry := make([]string, len(cs)), make([]bool, len(cs)), make([]int64, len(cs))
+	keys, open := make([]string, len(cs)), make([]bool, len(cs))
+	retry, paused := make([]int64, len(cs)), make([]int64, len(cs))
 	for i, c := range cs {
-		hosts[i], open[i], retry[i] = c.Host, c.Open, c.RetryIn.Microseconds()
+		keys[i], open[i], retry[i], paused[i] = c.Key, c.Open, c.RetryIn.Microseconds(), c.PausedFor.Microseconds()
 	}
-	// Hosts in order, so two nodes publishing one host at once cannot
-	// deadlock; retry_at by this server's clock.
-	_, err := s.pool.Exec(ctx, `INSERT INTO host_circuits (host, open, retry_at, updated_at)
-		SELECT h, o, CASE WHEN o THEN now() + r * interval '1 microsecond' END, now()
-		FROM unnest($1::text[], $2::bool[], $3::bigint[]) AS x(h, o, r) ORDER BY h
+	// Keys in order, so two nodes publishing one key at once cannot
+	// deadlock; times by this server's clock.
+	_, err := s.pool.Exec(ctx, `INSERT INTO host_circuits (host, open, retry_at, paused_until, updated_at)
+		SELECT k, o, CASE WHEN o THEN now() + r * interval '1 microsecond' END,
+			CASE WHEN p > 0 THEN now() + p * interval '1 microsecond' END, now()
+		FROM unnest($1::text[], $2::bool[], $3::bigint[], $4::bigint[]) AS x(k, o, r, p) ORDER BY k
 		ON CONFLICT (host) DO UPDATE SET open = EXCLUDED.open, retry_at = EXCLUDED.retry_at,
-			updated_at = EXCLUDED.updated_at`, hosts, open, retry)
+			paused_until = EXCLUDED.paused_until, updated_at = EXCLUDED.updated_at`, keys, open, retry, paused)
 	return mapErr(err)
 }
 
-func (s *Store) CircuitGet(ctx context.Context, host string) (store.HostCircuit, bool, error) {
-	c := store.HostCircuit{Host: host}
-	var retryUs, ageUs int64
-	err := s.pool.QueryRow(ctx, `SELECT open,
+func (s *Store) CircuitsGet(ctx context.Context, keys []string) ([]store.Circuit, error) {
+	rows, err := s.pool.Query(ctx, `SELECT host, open,
 			coalesce((extract(epoch FROM retry_at - now()) * 1e6)::bigint, 0),
+			greatest(coalesce((extract(epoch FROM paused_until - now()) * 1e6)::bigint, 0), 0),
 			(extract(epoch FROM now() - updated_at) * 1e6)::bigint
-		FROM host_circuits WHERE host = $1`, host).Scan(&c.Open, &retryUs, &ageUs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c, false, nil
-	}
+		FROM host_circuits WHERE host = ANY($1::text[])`, keys)
 	if err != nil {
-		return c, false, mapErr(err)
+		return nil, mapErr(err)
 	}
-	c.RetryIn, c.Age = time.Duration(retryUs)*time.Microsecond, time.Duration(ageUs)*time.Microsecond
-	return c, true, nil
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Circuit, error) {
+		var c store.Circuit
+		var retryUs, pausedUs, ageUs int64
+		err := row.Scan(&c.Key, &c.Open, &retryUs, &pausedUs, &ageUs)
+		us := func(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+		c.RetryIn, c.PausedFor, c.Age = us(retryUs), us(pausedUs), us(ageUs)
+		return c, err
+	})
+	return out, mapErr(err)
 }

@@ -1,0 +1,373 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/send"
+)
+
+// Starting and finishing attempts: pumpLocked starts what admission allows,
+// attempt sends and judges, written hands the store's verdict back to the
+// lanes.
+
+// pumpLocked starts what admission allows on h, refills its lanes that run
+// low and queues its next wake-up; then the same for the new hosts of
+// subscriptions found to have moved. Called after anything changes h.
+func (d *Dispatcher) pumpLocked(h *host, now time.Time) {
+	d.stepLocked(h, now)
+	for len(d.moves) > 0 {
+		m := d.moves[0]
+		d.moves = d.moves[1:]
+		if d.ownsHostLocked(m.host) {
+			nh, nl := d.laneLocked(m.host, m.subID)
+			nl.due(now)
+			d.stepLocked(nh, now)
+		}
+	}
+}
+
+func (d *Dispatcher) stepLocked(h *host, now time.Time) {
+	if d.stopping {
+		return
+	}
+	if !d.ownsLocked(h) {
+		d.disownLocked(h)
+		return
+	}
+	if d.mayStartLocked(now) {
+		hostCap := d.capOf(h, now)
+		share := h.share(hostCap, now) // starting changes no lane's activity: work was queued
+		for h.admits(hostCap, now) {
+			l, sub := d.pickLocked(h, share, now)
+			if l == nil {
+				break
+			}
+			d.startLocked(h, l, sub, now)
+		}
+	}
+	for _, l := range h.lanes {
+		d.trimFreshLocked(h, l, now)
+		if len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !l.storeDue.IsZero() && !l.storeDue.After(now) {
+			// The refill consumes storeDue; anything due that appears while
+			// it runs (a hand-off that overflowed) sets it again.
+			l.storeDue = time.Time{}
+			l.refilling = true
+			d.work.Add(1)
+			go d.refill(h, l, now)
+		}
+	}
+	d.scheduleLocked(h, d.nextWake(h, now), now)
+	d.forgetIdleLocked(h, now)
+}
+
+// startLocked takes the lane's next job, honouring the backlog floor:
+// while both new and old work wait, one start in five goes to the oldest,
+// the rest to the newest (so the backlog always drains and new work is not
+// starved); when one queue is empty the other takes every start.
+func (d *Dispatcher) startLocked(h *host, l *lane, sub *core.Subscription, now time.Time) {
+	var j *core.Job
+	fromBacklog := len(l.fresh) == 0
+	if len(l.fresh) > 0 && len(l.backlog) > 0 {
+		l.backlogCredit += backlogFloor
+		if l.backlogCredit >= 1 {
+			l.backlogCredit--
+			fromBacklog = true
+		}
+	}
+	// The slot is cleared so the queue's array does not keep the job alive.
+	if fromBacklog {
+		j, l.backlog[0], l.backlog = l.backlog[0], nil, l.backlog[1:]
+	} else {
+		j, l.fresh[0], l.fresh = l.fresh[0], nil, l.fresh[1:]
+		d.freshBytes -= jobSize(j)
+	}
+	l.bucket.take(now)
+	l.aimdBucket.take(now)
+	l.lastStart = now
+	a := attemptArgs{h: h, l: l, sub: sub, j: j, hostProbe: h.breaker.started(), laneProbe: l.breaker.started()}
+	h.inflight++
+	l.inflight++
+	d.work.Add(1)
+	select {
+	case d.idle <- a:
+	default:
+		go d.attempts(a)
+	}
+}
+
+type attemptArgs struct {
+	h                    *host
+	l                    *lane
+	sub                  *core.Subscription
+	j                    *core.Job
+	hostProbe, laneProbe bool // the one attempt a half-open circuit let through
+}
+
+// idleAttempter is how long a finished attempt's goroutine waits for the
+// next one before it exits.
+const idleAttempter = 10 * time.Second
+
+// attempts runs a, then whatever startLocked hands it while it waits. Fresh
+// goroutines cost more than the attempt's own logic: each grew its stack
+// through the HTTP client, copying it three or four times (5% of hookd's
+// CPU at fanout 10). Concurrency stays unbounded: with none idle, start
+// starts another, so a hanging endpoint never holds up anyone's attempt.
+func (d *Dispatcher) attempts(a attemptArgs) {
+	t := time.NewTimer(idleAttempter)
+	defer t.Stop()
+	for {
+		d.attempt(a)
+		t.Reset(idleAttempter)
+		select {
+		case a = <-d.idle:
+		case <-t.C:
+			return
+		case <-d.quit:
+			return
+		}
+	}
+}
+
+// attempt sends one delivery and turns the outcome into its next state.
+func (d *Dispatcher) attempt(a attemptArgs) {
+	defer d.work.Done()
+	out := d.cfg.Sender.Send(d.sendCtx, a.sub, a.j, time.Now())
+	r := nextState(a.sub, &a.j.Delivery, out)
+	r.host = a.h.name
+	if a.j.Delivery.RoundStart == 0 {
+		r.eventAt = a.j.Event.CreatedAt // a replay's lag would measure the operator, not us
+	}
+	d.cfg.Metrics.Attempt(r.outcome(), out.Duration)
+
+	d.mu.Lock()
+	// A retry's time reaches the lane when its result is written (written):
+	// until then the store still has the delivery at its old time, and a
+	// refill at the retry time would find nothing and ask again at once.
+	d.observeLocked(a, out, time.Now())
+	if !d.results.tryAdd(r) {
+		// The store is behind: keep this attempt's slot until the writer
+		// takes its result, so the host's cap also bounds the results
+		// waiting in memory. Freeing it first started an attempt (and a
+		// goroutine) per finished one, each then waiting here: 36,000
+		// goroutines and 540 MB when ingest kept the writer busy.
+		d.mu.Unlock()
+		d.results.add(r)
+		d.mu.Lock()
+	}
+	a.h.inflight--
+	a.l.inflight--
+	d.pumpLocked(a.h, time.Now())
+	d.mu.Unlock()
+}
+
+// observeLocked feeds one outcome to admission: the host judges its
+// connections (and whether most of its endpoints fail at once), the
+// endpoint everything else; then 429 back-off, Retry-After, and the
+// subscription's health.
+func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Time) {
+	h, l := a.h, a.l
+	// A failure is the endpoint not coping: timeouts, connection errors,
+	// 5xx. A 4xx is an answer; a 429 is handled by the rate.
+	failed := out.Class == send.Retry && out.StatusCode != 429
+
+	h.outcomes.add(now, failed, out.Conn)
+	switch {
+	case a.hostProbe:
+		// Opened on connections, any answer shows the host is back (its
+		// endpoints' own circuits judge the rest); opened because most
+		// endpoints failed, the probe must succeed.
+		ok := !failed
+		if h.cause == byConnections {
+			ok = !out.Conn && out.StatusCode != 0
+		}
+		if h.breaker.probed(now, ok) {
+			h.outcomes = window{} // a fresh start: old failures do not reopen it
+			h.ramp.start(now)
+		}
+	case h.breaker.state != closed:
+	case out.Conn && h.outcomes.tripping(now, connections):
+		h.breaker.trip(now)
+		h.cause = byConnections
+	case failed && h.mostEndpointsFailing(now):
+		h.breaker.trip(now)
+		h.cause = byEndpoints
+	}
+
+	// A failed connection says nothing of the endpoint behind it.
+	if out.Conn {
+		if a.laneProbe {
+			l.breaker.abandon()
+		}
+	} else {
+		l.outcomes.add(now, failed, false)
+		switch {
+		case a.laneProbe:
+			if l.breaker.probed(now, !failed) {
+				l.outcomes = window{}
+				l.ramp.start(now)
+			}
+		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
+			l.breaker.trip(now)
+		}
+	}
+
+	if out.StatusCode == 429 {
+		t := l.outcomes.sum(now, observedRateWindow)
+		l.aimd.cut(now, float64(t.n)/observedRateWindow.Seconds())
+	}
+	if out.RetryAfter > 0 && (out.StatusCode == 429 || out.StatusCode == 503) {
+		h.pause(l, now.Add(out.RetryAfter), now)
+	}
+	hs := d.health[l.subID]
+	if hs == nil {
+		hs = &subHealth{}
+		d.health[l.subID] = hs
+	}
+	hs.add(now, out)
+}
+
+// nextState applies the retry policy to one attempt's outcome.
+func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) result {
+	n := dl.AttemptCount + 1
+	r := result{subID: sub.ID, ordered: dl.Sequence > 0}
+	r.Attempt = core.Attempt{
+		DeliveryID: dl.ID, N: n, StartedAt: out.StartedAt, Duration: out.Duration,
+		StatusCode: out.StatusCode, Error: out.Err, Response: out.Response,
+	}
+	r.Now = out.StartedAt.Add(out.Duration)
+	switch out.Class {
+	case send.Delivered:
+		r.State = core.DeliveryDelivered
+	case send.Gone:
+		r.State = core.DeliveryFailed
+		r.disable = "endpoint answered 410 Gone"
+	case send.Retry:
+		schedule := sub.Schedule()
+		try := n - dl.RoundStart // tries in this round, the first included
+		if try > len(schedule) {
+			r.State = core.DeliveryFailed
+			break
+		}
+		wait := core.Jitter(schedule[try-1])
+		// Retry-After is the endpoint saying "not before": honour it, capped.
+		wait = max(wait, min(out.RetryAfter, core.MaxRetryAfter))
+		r.State = core.DeliveryPending
+		r.NextAttemptAt = r.Now.Add(wait)
+	default:
+		r.State = core.DeliveryFailed
+	}
+	return r
+}
+
+// written runs after a batch of results is durable: those deliveries are
+// now the store's to report again.
+func (d *Dispatcher) written(batch []result, began time.Time) {
+	if m := d.cfg.Metrics; m != nil {
+		for i := range batch {
+			r := &batch[i]
+			switch r.State {
+			case core.DeliveryDelivered:
+				// Lag first: whoever sees the delivery counted sees its lag.
+				if !r.eventAt.IsZero() {
+					m.Lag(r.Now.Sub(r.eventAt))
+				}
+				m.Delivered()
+			case core.DeliveryFailed:
+				m.Failed()
+			}
+		}
+	}
+	var disable []result
+	d.mu.Lock()
+	now := time.Now()
+	touched := map[*host]bool{}
+	for _, r := range batch {
+		if r.disable != "" {
+			disable = append(disable, r)
+		}
+		h := d.hosts[r.host]
+		if h == nil {
+			continue
+		}
+		l := h.lanes[r.subID]
+		if l == nil {
+			continue
+		}
+		delete(l.known, r.Attempt.DeliveryID)
+		if r.State == core.DeliveryPending {
+			l.due(r.NextAttemptAt) // pending again, now at its retry time
+		} else if !l.wokeAt.Before(began) {
+			l.due(now)
+		}
+		if l.refilling {
+			if l.recorded == nil {
+				l.recorded = map[string]bool{}
+			}
+			l.recorded[r.Attempt.DeliveryID] = true
+		}
+		if r.ordered && r.State != core.DeliveryPending {
+			l.due(now) // the next of its ordering key may go now
+		}
+		touched[h] = true
+	}
+	for h := range touched {
+		d.pumpLocked(h, now)
+	}
+	d.mu.Unlock()
+	for _, r := range disable {
+		d.disableAsync(r.subID, r.disable)
+	}
+}
+
+// disableAsync runs disable off the result writer, once per subscription
+// at a time: the store skips the whole backlog before it returns (minutes
+// for a large one), and while the writer waits, every host's attempts wait
+// on it (attempt).
+func (d *Dispatcher) disableAsync(subID, reason string) {
+	d.mu.Lock()
+	if d.disabling[subID] {
+		d.mu.Unlock()
+		return
+	}
+	d.disabling[subID] = true
+	d.mu.Unlock()
+	d.disables.Add(1)
+	go func() {
+		defer d.disables.Done()
+		d.disable(subID, reason)
+		d.mu.Lock()
+		delete(d.disabling, subID)
+		d.mu.Unlock()
+	}()
+}
+
+// disable turns a subscription off after its endpoint said 410: the store
+// skips its pending deliveries, and the registry stops treating it as active.
+func (d *Dispatcher) disable(subID, reason string) {
+	cur, ok := d.cfg.Subs.Get(subID)
+	if !ok || cur.State == core.SubDisabled {
+		return
+	}
+	s := *cur
+	s.State = core.SubDisabled
+	s.DisabledReason = reason
+	s.UpdatedAt = time.Now().UTC()
+	// The registry first: once the store says disabled, ingest must already
+	// write new deliveries skipped (the store's update skips only those
+	// pending at its commit). Undone if the store refuses.
+	d.cfg.Subs.Put(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.cfg.Store.SubscriptionUpdate(ctx, s); err != nil {
+		if now, ok := d.cfg.Subs.Get(subID); ok && now.UpdatedAt.Equal(s.UpdatedAt) {
+			back := *cur
+			back.UpdatedAt = s.UpdatedAt // Put keeps the newest; this is the undo of s
+			d.cfg.Subs.Put(back)
+		}
+		d.cfg.Log.Error("disabling subscription", "subscription", subID, "err", err)
+		return
+	}
+	d.cfg.Log.Warn("subscription disabled", "subscription", subID, "reason", reason)
+}

@@ -1,0 +1,408 @@
+package dispatch
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"hookd/internal/core"
+)
+
+// host is one destination server (host:port): what is polite to it is
+// decided here. It owns the concurrency cap its active endpoints share,
+// and a circuit of its own that opens only on host-wide evidence.
+type host struct {
+	name     string
+	shard    int
+	lanes    map[string]*lane // by subscription ID
+	inflight int
+	// outcomes counts every attempt on the host: fail is any failure, conn
+	// a failed connection (the host's own evidence).
+	outcomes window
+	breaker  breaker
+	cause    cause     // why breaker last opened, which decides what its probe must show
+	judgedAt time.Time // the last look at whether most endpoints fail (at most one a second)
+	ramp     ramp      // after its circuit closes: its cap, and every lane's rate, from 10 %
+	// pauseUntil is a Retry-After the host asked of two endpoints within a
+	// minute (a host-wide limit); asked is the last endpoint told to wait.
+	pauseUntil time.Time
+	asked      ask
+	wakeAt     time.Time // the wake-up queued for this host, if any
+}
+
+// cause is what opened a host's circuit.
+type cause int
+
+const (
+	byConnections cause = iota // connections failed: any answer shows the host is back
+	byEndpoints                // most endpoints failed at once: the probe must succeed
+)
+
+type ask struct {
+	sub string
+	at  time.Time
+}
+
+// lane is one endpoint (a subscription) at its host: its queued work and
+// everything that judges it alone.
+type lane struct {
+	subID string
+	// fresh holds deliveries handed over at ingest; backlog holds due
+	// deliveries fetched from the store, oldest first.
+	fresh, backlog []*core.Job // pointers: a Job is ~450 bytes, copied per queue step
+	inflight       int
+	// backlogCredit grows by the backlog floor with every start while both
+	// queues hold work; a whole credit buys the backlog a start.
+	backlogCredit float64
+	// known holds every delivery of the lane in memory, in flight, or
+	// awaiting its result write, or reserved: a refill must not fetch it again.
+	known map[string]bool
+	// reserved are known deliveries this node's ingest is committing: its
+	// hand-off (Notify) brings them, however late it comes.
+	reserved map[string]bool
+	// storeDue is when the store may next hold due work this lane does not
+	// know of; zero means never (until a hand-off or resync says otherwise).
+	storeDue  time.Time
+	refilling bool
+	// wokeAt is the last Wake (or resync). A result whose write began
+	// before it may belong to a delivery replayed after that write, which
+	// the wake's refill skipped as still held.
+	wokeAt time.Time
+	// recorded holds deliveries whose results were written while a refill
+	// ran: its answer may predate them and show them still pending. (A
+	// retry's next time is in storeDue, set when its result is written.)
+	recorded map[string]bool
+	// lastStart is the last attempt's start: sending within activeWindow
+	// counts the lane toward its host's fair share even while it is idle.
+	lastStart time.Time
+
+	// The endpoint's own admission: outcomes of its attempts (a failed
+	// connection is its host's, not counted here), its breaker and the ramp
+	// after it closes, a Retry-After pause, 429 back-off, its rate limit.
+	outcomes   window
+	breaker    breaker
+	ramp       ramp
+	pauseUntil time.Time
+	aimd       aimd
+	aimdBucket bucket
+	bucket     bucket
+}
+
+// laneLocked finds or makes the host and lane of a subscription's work.
+func (d *Dispatcher) laneLocked(hostName, subID string) (*host, *lane) {
+	h := d.hosts[hostName]
+	if h == nil {
+		h = &host{name: hostName, shard: core.ShardOf(hostName), lanes: map[string]*lane{}}
+		d.hosts[hostName] = h
+	}
+	l := h.lanes[subID]
+	if l == nil {
+		l = &lane{subID: subID, known: map[string]bool{}}
+		h.lanes[subID] = l
+	}
+	return h, l
+}
+
+// due records that the store may hold due work for the lane from t on.
+func (l *lane) due(t time.Time) {
+	if l.storeDue.IsZero() || t.Before(l.storeDue) {
+		l.storeDue = t
+	}
+}
+
+func (l *lane) queued() int { return len(l.fresh) + len(l.backlog) }
+
+// active: the lane has work queued or in flight, or sent within
+// activeWindow. Its host's cap is shared among its active lanes; a lane
+// counted only while it has work would let a hanging one grab a slot
+// whenever the others are momentarily idle.
+func (l *lane) active(now time.Time) bool {
+	return l.queued() > 0 || l.inflight > 0 || (!l.lastStart.IsZero() && now.Sub(l.lastStart) < activeWindow)
+}
+
+// failing: the endpoint's circuit is not closed, or its last attempt
+// (within the look-back) failed.
+func (l *lane) failing(now time.Time) bool {
+	if l.breaker.state != closed {
+		return true
+	}
+	m, ok := l.outcomes.last()
+	return ok && m.fail && now.UnixNano()-m.at <= int64(breakerLookback)
+}
+
+// takesWork: neither the endpoint nor its host holds it back.
+func (h *host) takesWork(l *lane, now time.Time) bool {
+	return h.breaker.state == closed && !now.Before(h.pauseUntil) &&
+		l.breaker.state == closed && !now.Before(l.pauseUntil)
+}
+
+// freshCap is how many hand-offs a lane may hold. Beyond Window only
+// while it takes work: what waits out a breaker or a pause waits in the
+// store, so that when it recovers the newest work is what sits in memory.
+func (d *Dispatcher) freshCap(h *host, l *lane, now time.Time) int {
+	if !h.takesWork(l, now) {
+		return d.cfg.Window
+	}
+	return d.cfg.FreshWindow
+}
+
+// trimFreshLocked forgets the oldest hand-offs above the lane's cap (the
+// store still holds them pending; a refill brings them back in order).
+func (d *Dispatcher) trimFreshLocked(h *host, l *lane, now time.Time) {
+	over := len(l.fresh) - d.freshCap(h, l, now)
+	if over <= 0 {
+		return
+	}
+	for i := range over {
+		delete(l.known, l.fresh[i].Delivery.ID)
+		d.freshBytes -= jobSize(l.fresh[i])
+	}
+	l.fresh = slices.Clone(l.fresh[over:])
+	l.due(now)
+}
+
+// jobSize is what a held job costs in memory: its payload and about as
+// much again as the rest of it.
+func jobSize(j *core.Job) int64 { return int64(len(j.Event.Payload)) + 512 }
+
+// dropLocked forgets a lane's queued work; the store still holds it pending.
+func (d *Dispatcher) dropLocked(l *lane) {
+	for _, q := range [][]*core.Job{l.fresh, l.backlog} {
+		for _, j := range q {
+			delete(l.known, j.Delivery.ID)
+		}
+	}
+	for i := range l.fresh {
+		d.freshBytes -= jobSize(l.fresh[i])
+	}
+	l.fresh, l.backlog = nil, nil
+}
+
+// movedFromLocked retires a lane whose subscription moved to another host.
+// The store moved its pending deliveries there, where admission must count
+// them: what this lane holds would go out a second time, and a refill here
+// would fetch them again and again. The new host's lane is told to look.
+// Nothing of the old URL's admission is kept: the lane no longer counts
+// toward the old host's share, and the new URL starts afresh.
+func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
+	d.dropLocked(l)
+	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
+	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
+	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
+}
+
+type move struct{ host, subID string }
+
+// admits is the host half of admission: its pause, its circuit (one
+// probe at a time for the whole host while half-open) and its ramped cap.
+func (h *host) admits(hostCap int, now time.Time) bool {
+	return !now.Before(h.pauseUntil) && h.breaker.admits(now) && h.inflight < hostCap
+}
+
+// capOf is the host's concurrency cap, ramped after its circuit closed
+// (rounded down: a ramp at 10 % of 10 is one attempt, not two).
+func (d *Dispatcher) capOf(h *host, now time.Time) int {
+	return ramped(d.cfg.HostConcurrency, h.rampFactor(now))
+}
+
+// ramped is n scaled by a ramp's factor, rounded down, at least 1.
+func ramped(n int, factor float64) int {
+	return max(1, int(math.Floor(float64(n)*factor)))
+}
+
+// rampFactor is the share of the host's cap its ramp admits (1: none in
+// progress; health is read only while one is).
+func (h *host) rampFactor(now time.Time) float64 {
+	if h.ramp.level == 0 {
+		return 1
+	}
+	return h.ramp.factor(now, h.healthy(now))
+}
+
+// rampFactor is the share of the endpoint's limit and rate its ramp admits.
+func (l *lane) rampFactor(now time.Time) float64 {
+	if l.ramp.level == 0 {
+		return 1
+	}
+	return l.ramp.factor(now, l.healthy(now))
+}
+
+// healthy: few enough connections fail that the host's ramp may advance.
+// Its endpoints' own failures do not hold back the others' ramp.
+func (h *host) healthy(now time.Time) bool {
+	t := h.outcomes.sum(now, rampLookback)
+	return t.conn == 0 || float64(t.n-t.conn) >= rampHealthyRatio*float64(t.n)
+}
+
+// healthy: the endpoint's recent attempts succeed, so its ramp may advance.
+func (l *lane) healthy(now time.Time) bool {
+	t := l.outcomes.sum(now, rampLookback)
+	return t.fail == 0 || float64(t.n-t.fail) >= rampHealthyRatio*float64(t.n)
+}
+
+// share is the most attempts one endpoint of h may hold: the cap split
+// evenly among its active endpoints, max(1, ceil(cap / active)). An idle
+// host's cap goes to its one busy endpoint.
+func (h *host) share(hostCap int, now time.Time) int {
+	active := 0
+	for _, l := range h.lanes {
+		if l.active(now) {
+			active++
+		}
+	}
+	return max(1, (hostCap+active-1)/max(1, active))
+}
+
+// limit is how many attempts the endpoint may hold: its fair share, or
+// its max_concurrency if lower, ramped after its circuit closed.
+func (l *lane) limit(sub *core.Subscription, share int, now time.Time) int {
+	n := share
+	if sub.MaxConcurrency > 0 {
+		n = min(n, sub.MaxConcurrency)
+	}
+	return ramped(n, l.rampFactor(now))
+}
+
+// rate is the endpoint's rate_limit, ramped after its own or its host's
+// circuit closed (0: unlimited).
+func (h *host) rate(l *lane, sub *core.Subscription, now time.Time) float64 {
+	if sub.RateLimit <= 0 {
+		return 0
+	}
+	return sub.RateLimit * l.rampFactor(now) * h.rampFactor(now)
+}
+
+// admits is the endpoint half of admission: its pause, its circuit, its
+// share of the host, its 429 back-off and its rate limit.
+func (l *lane) admits(limit int, rate float64, now time.Time) bool {
+	if now.Before(l.pauseUntil) || !l.breaker.admits(now) || l.inflight >= limit {
+		return false
+	}
+	// Asked even with no cut in force, so the bucket owes nothing when one returns.
+	return l.aimdBucket.ready(now, l.aimd.current(now)) && l.bucket.ready(now, rate)
+}
+
+// pickLocked chooses the lane to send next: among lanes with work that
+// admission allows, the one with the fewest attempts in flight. Paused,
+// disabled or deleted subscriptions' queued work is dropped from memory
+// (it stays in the store as it should).
+func (d *Dispatcher) pickLocked(h *host, share int, now time.Time) (*lane, *core.Subscription) {
+	var best *lane
+	var bestSub *core.Subscription
+	for id, l := range h.lanes {
+		if l.queued() == 0 || (best != nil && l.inflight >= best.inflight) {
+			continue
+		}
+		sub, ok := d.cfg.Subs.Get(id)
+		if ok && sub.Host != h.name {
+			d.movedFromLocked(l, sub)
+			continue
+		}
+		if !ok || sub.State != core.SubActive {
+			d.dropLocked(l)
+			continue
+		}
+		if !l.admits(l.limit(sub, share, now), h.rate(l, sub, now), now) {
+			continue
+		}
+		best, bestSub = l, sub
+	}
+	return best, bestSub
+}
+
+// pause honours a Retry-After: the endpoint waits until then, and
+// so does its host when another endpoint of it was told to wait within
+// hostPauseWindow (a host-wide limit, not one endpoint's).
+func (h *host) pause(l *lane, until, now time.Time) {
+	if until.After(l.pauseUntil) {
+		l.pauseUntil = until
+	}
+	if h.asked.sub != "" && h.asked.sub != l.subID && now.Sub(h.asked.at) < hostPauseWindow && until.After(h.pauseUntil) {
+		h.pauseUntil = until
+	}
+	h.asked = ask{sub: l.subID, at: now}
+}
+
+// mostEndpointsFailing is the host's second kind of evidence, for a
+// server whose connections succeed but whose every path fails (it hangs,
+// or a gateway answers 502 for all): at least hostMinFailing of its active
+// endpoints failing, more than half of them, and most of the host's
+// attempts failing over the breaker's look-back. Its lanes are counted no
+// more than once a second: that walks every one.
+func (h *host) mostEndpointsFailing(now time.Time) bool {
+	if !h.outcomes.tripping(now, failures) || now.Sub(h.judgedAt) < time.Second {
+		return false
+	}
+	h.judgedAt = now
+	failing, active := 0, 0
+	for _, l := range h.lanes {
+		bad := l.failing(now)
+		if bad || l.active(now) {
+			active++
+		}
+		if bad {
+			failing++
+		}
+	}
+	return failing >= hostMinFailing && 2*failing > active
+}
+
+// nextWake is the earliest moment something on h could become possible
+// without another event: a lane's store work falls due, a circuit lets a
+// probe through, a pause ends, a token arrives, an idle lane stops
+// counting toward the fair share. Zero: nothing to wait for.
+func (d *Dispatcher) nextWake(h *host, now time.Time) time.Time {
+	var next time.Time
+	earliest := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, l := range h.lanes {
+		earliest(l.storeDue)
+		if l.breaker.state == open {
+			earliest(l.breaker.retryAt)
+		}
+		earliest(l.pauseUntil)
+		if l.queued() == 0 {
+			earliest(l.bucket.quietAt()) // then forgetIdle may let an idle rate-limited lane go
+			if l.inflight == 0 && !l.lastStart.IsZero() {
+				earliest(l.lastStart.Add(activeWindow)) // the others' share grows
+			}
+			continue
+		}
+		earliest(l.bucket.nextToken(now))
+		if l.aimd.rate > 0 {
+			earliest(l.aimdBucket.nextToken(now))
+		}
+	}
+	if h.breaker.state == open {
+		earliest(h.breaker.retryAt)
+	}
+	earliest(h.pauseUntil)
+	return next
+}
+
+// forgetIdleLocked drops lanes and hosts with nothing in memory, nothing
+// scheduled and nothing to remember, so memory follows active destinations.
+func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
+	for id, l := range h.lanes {
+		if l.queued() > 0 || l.inflight > 0 || len(l.known) > 0 || l.refilling || !l.storeDue.IsZero() ||
+			l.active(now) || l.remembers(now) {
+			continue
+		}
+		delete(h.lanes, id)
+	}
+	if len(h.lanes) == 0 && h.inflight == 0 && h.breaker.state == closed && h.ramp.level == 0 && !now.Before(h.pauseUntil) {
+		delete(d.hosts, h.name)
+	}
+}
+
+// remembers: the lane's admission state still matters. A lane that sent
+// within the rate window keeps its bucket (a fresh one would let the next
+// send exceed the rate), and one whose circuit is open, paused, cut back
+// or ramping keeps that.
+func (l *lane) remembers(now time.Time) bool {
+	return l.bucket.recent(now) || l.breaker.state != closed || now.Before(l.pauseUntil) ||
+		l.aimd.rate > 0 || l.ramp.level > 0
+}

@@ -1,0 +1,206 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+// Reconciling memory with the store: lanes refill their windows from it,
+// a periodic resync finds whatever the hand-offs missed, deliveries written
+// under a host their subscription left are moved, and deliveries held past
+// their retry window are failed.
+
+func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
+	defer d.work.Done()
+	d.mu.Lock()
+	exclude := make([]string, 0, len(l.known))
+	for id := range l.known {
+		exclude = append(exclude, id)
+	}
+	limit := d.cfg.Window - len(l.backlog)
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
+	jobs, next, err := d.cfg.Store.DeliveryDue(ctx, store.DeliveryDueParams{
+		SubscriptionID: l.subID, Now: now, Limit: limit, Exclude: exclude,
+	})
+	cancel()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l.refilling = false
+	recorded := l.recorded
+	l.recorded = nil
+	if err != nil {
+		if !d.stopping {
+			d.cfg.Log.Error("refilling a lane", "subscription", l.subID, "err", err)
+		}
+		l.due(time.Now().Add(time.Second))
+		d.pumpLocked(h, time.Now())
+		return
+	}
+	if sub, ok := d.cfg.Subs.Get(l.subID); ok && sub.Host != h.name {
+		d.movedFromLocked(l, sub)
+		d.pumpLocked(h, time.Now())
+		return
+	}
+	for _, j := range jobs {
+		if !l.known[j.Delivery.ID] && !recorded[j.Delivery.ID] {
+			l.known[j.Delivery.ID] = true
+			l.backlog = append(l.backlog, &j) // a copy: one job in flight keeps only itself
+		}
+	}
+	due := next
+	if len(jobs) >= limit {
+		due = now // more may be due right now
+	}
+	if !due.IsZero() {
+		l.due(due)
+	}
+	d.pumpLocked(h, time.Now())
+}
+
+// poll is the loop's periodic safety net: resync, then fail what waited
+// out its retry window behind an open circuit.
+func (d *Dispatcher) poll() {
+	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
+	if err := d.resync(ctx); err != nil {
+		d.cfg.Log.Error("resync with store", "err", err)
+	}
+	cancel()
+	d.expireHeld()
+}
+
+// resync asks the store for every subscription with pending work on the
+// shards this node holds, so nothing pending is forgotten whatever the
+// hand-offs missed.
+func (d *Dispatcher) resync(ctx context.Context) error {
+	var shards []int // nil: all
+	if d.leaser != nil {
+		if shards = d.Shards(); len(shards) == 0 {
+			return nil
+		}
+	}
+	return d.resyncShards(ctx, shards)
+}
+
+func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
+	due, err := d.cfg.Store.DeliveryPendingSubscriptions(ctx, shards)
+	if err != nil {
+		return err
+	}
+	var strays []string
+	d.mu.Lock()
+	now := time.Now()
+	touched := map[*host]bool{}
+	for _, sd := range due {
+		if !d.ownsHostLocked(sd.Host) {
+			// Pending on a shard of ours, yet the subscription's host is
+			// another node's: written under a host it has since left, by a
+			// node that had not heard (or our lease was lost meanwhile).
+			strays = append(strays, sd.SubscriptionID)
+			continue
+		}
+		h, l := d.laneLocked(sd.Host, sd.SubscriptionID)
+		l.due(sd.NextAttemptAt)
+		l.wokeAt = now // as a Wake: it may stand in for a lost one
+		touched[h] = true
+	}
+	for h := range touched {
+		d.pumpLocked(h, now)
+	}
+	d.mu.Unlock()
+	// Move them to the current host; the store tells its owner. Left where
+	// they are, neither node would send them.
+	for _, id := range strays {
+		n, err := d.cfg.Store.DeliveryRehost(ctx, id)
+		if err != nil {
+			// The next resync tries again; the rest of this one stands.
+			d.cfg.Log.Error("moving deliveries written under a host their subscription left", "subscription", id, "err", err)
+			continue
+		}
+		if n > 0 {
+			d.cfg.Log.Info("moved deliveries written under a host their subscription left", "subscription", id, "n", n)
+		}
+	}
+	return nil
+}
+
+// expireReason is the last_error of a delivery failed without an attempt.
+const expireReason = "retry window spent while the endpoint was unavailable (circuit open)"
+
+// expireHeld fails deliveries whose retry window ran out while a circuit
+// (the endpoint's or its host's) held them: held deliveries burn no
+// attempts, so without this they would wait forever instead of being
+// failed (and kept for replay) after a day.
+func (d *Dispatcher) expireHeld() {
+	type held struct {
+		host, sub string
+		cutoff    time.Time
+	}
+	var lanes []held
+	d.mu.Lock()
+	if d.expiring || d.stopping {
+		d.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	for _, h := range d.hosts {
+		if !d.ownsLocked(h) {
+			continue
+		}
+		for id, l := range h.lanes {
+			if h.breaker.state == closed && l.breaker.state == closed {
+				continue
+			}
+			if sub, ok := d.cfg.Subs.Get(id); ok {
+				lanes = append(lanes, held{h.name, id, now.Add(-retryWindow(sub))})
+			}
+		}
+	}
+	if len(lanes) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	d.expiring = true
+	d.work.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.work.Done()
+		for _, hl := range lanes {
+			ctx, cancel := context.WithTimeout(d.sendCtx, time.Minute)
+			n, err := d.cfg.Store.DeliveryExpire(ctx, hl.sub, hl.cutoff, time.Now().UTC(), expireReason)
+			cancel()
+			d.cfg.Metrics.Expired(n)
+			if err != nil {
+				d.cfg.Log.Error("expiring held deliveries", "subscription", hl.sub, "err", err)
+			}
+			if n > 0 {
+				d.mu.Lock()
+				if h := d.hosts[hl.host]; h != nil {
+					if l := h.lanes[hl.sub]; l != nil {
+						d.dropLocked(l) // what memory held may have just failed
+						l.due(time.Now())
+					}
+				}
+				d.mu.Unlock()
+			}
+		}
+		d.mu.Lock()
+		d.expiring = false
+		d.mu.Unlock()
+	}()
+}
+
+// retryWindow is how long a round of retries may last: the schedule plus
+// its largest jitter.
+func retryWindow(sub *core.Subscription) time.Duration {
+	var total time.Duration
+	for _, s := range sub.Schedule() {
+		total += s
+	}
+	return total * 6 / 5
+}

@@ -1,0 +1,337 @@
+//go:build !race
+
+package dispatch
+
+// Simulations of one host shared by many endpoints told apart by path (a
+// gateway, Zapier, Slack): the host is one server to be polite to, each
+// path one customer's handler whose failures are its own.
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/send"
+)
+
+const gateway = "gateway.example:443"
+
+func hang(time.Time, int, string) reply { return reply{hang: true} }
+
+// sharedRun is what one run of sharedHost saw.
+type sharedRun struct {
+	lags       []time.Duration // the healthy paths' ingest-to-delivery lags, sorted
+	hungPeak   int             // most attempts the hanging path held at once after the first 15 s
+	hungState  Health          // the hanging path's health at the end
+	unearned   []string        // moments a healthy path was held by the host's circuit or a pause
+	healthy    int             // healthy paths
+	perHealthy int             // events posted to each healthy path
+}
+
+// sharedHost runs 100 subscriptions on one host, one event a second each
+// for five minutes, 20 ms answers. With bad, three of them misbehave: one
+// hangs, one answers 503, one answers 429 with Retry-After: 60.
+func sharedHost(t *testing.T, bad bool) sharedRun {
+	var run sharedRun
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var hung *endpoint
+		var hungSub core.Subscription
+		var healthy []*endpoint
+		var watch core.Subscription
+		for i := range 100 {
+			name := fmt.Sprintf("p%d", i)
+			behave := ok(20 * time.Millisecond)
+			switch {
+			case bad && i == 0:
+				behave = hang
+			case bad && i == 1:
+				behave = func(time.Time, int, string) reply { return reply{status: 503, latency: 5 * time.Millisecond} }
+			case bad && i == 2:
+				behave = func(time.Time, int, string) reply {
+					return reply{status: 429, retryAfter: time.Minute, latency: 5 * time.Millisecond}
+				}
+			}
+			ep, sub := s.path(gateway, name, "sim."+name, behave)
+			switch {
+			case bad && i == 0:
+				hung, hungSub = ep, sub
+			case bad && i < 3:
+			default:
+				healthy = append(healthy, ep)
+				watch = sub
+			}
+		}
+		s.start()
+		var wg sync.WaitGroup
+		for i := range 100 {
+			s.traffic(&wg, fmt.Sprintf("sim.p%d", i), time.Second, 5*time.Minute)
+		}
+		// Watch one healthy path: nothing it did not earn may hold it.
+		stop := make(chan struct{})
+		watched := make(chan []string)
+		go func() {
+			var seen []string
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					watched <- seen
+					return
+				case <-tick.C:
+				}
+				h := s.d.Health(watch.Host, watch.ID)
+				if h.Circuit != "closed" || !h.PausedUntil.IsZero() {
+					seen = append(seen, fmt.Sprintf("%s: circuit %s (host %s, endpoint %s), paused until %v",
+						time.Now().Format(time.TimeOnly), h.Circuit, h.HostCircuit, h.EndpointCircuit, h.PausedUntil))
+				}
+			}
+		}()
+		if hung != nil {
+			time.Sleep(15 * time.Second) // what it took before every path was active has timed out
+			hung.mu.Lock()
+			hung.peak = hung.inflight
+			hung.mu.Unlock()
+		}
+		wg.Wait()
+		time.Sleep(time.Minute) // the last deliveries land
+		close(stop)
+		run.unearned = <-watched
+		if hung != nil {
+			run.hungPeak = hung.peak
+			run.hungState = s.d.Health(hungSub.Host, hungSub.ID)
+		}
+		for _, ep := range healthy {
+			run.lags = append(run.lags, s.lags(ep)...)
+		}
+		run.healthy = len(healthy)
+		run.perHealthy = 300
+		s.stop()
+	})
+	sort.Slice(run.lags, func(i, j int) bool { return run.lags[i] < run.lags[j] })
+	return run
+}
+
+// One host, 100 paths: one hangs, one answers 503, one 429 with
+// Retry-After. The other 97 keep their lag, the hanging path holds no more
+// than its fair share, and its own circuit opens.
+func TestSimSharedHostIsolatesEachPath(t *testing.T) {
+	base := sharedHost(t, false)
+	with := sharedHost(t, true)
+	if len(base.lags) != base.healthy*base.perHealthy || len(with.lags) != with.healthy*with.perHealthy {
+		t.Fatalf("healthy deliveries: %d of %d alone, %d of %d beside the bad paths",
+			len(base.lags), base.healthy*base.perHealthy, len(with.lags), with.healthy*with.perHealthy)
+	}
+	for _, p := range []float64{0.5, 0.99} {
+		b, w := pct(base.lags, p), pct(with.lags, p)
+		t.Logf("p%.0f healthy lag: %s all healthy, %s beside a hanging, a 503 and a 429 path", p*100, b, w)
+		if p == 0.99 && w > b*3/2 {
+			t.Errorf("p99 lag of healthy paths %s beside bad ones, %s all healthy: over 1.5×", w, b)
+		}
+	}
+	if most := pct(with.lags, 1); most > 5*time.Second {
+		t.Errorf("a healthy path's delivery waited %s", most)
+	}
+	for i, u := range with.unearned {
+		if i == 5 {
+			t.Errorf("… %d moments in all", len(with.unearned))
+			break
+		}
+		t.Errorf("a healthy path was held back at %s", u)
+	}
+	// 100 active paths share a cap of 10: one slot each.
+	if with.hungPeak > 1 {
+		t.Errorf("the hanging path held %d attempts at once, its fair share is 1", with.hungPeak)
+	}
+	if with.hungState.EndpointCircuit == "closed" {
+		t.Errorf("the hanging path's own circuit is %s after five minutes of timeouts", with.hungState.EndpointCircuit)
+	}
+}
+
+// The whole host refuses connections for half an hour, then accepts and
+// hangs for half an hour, then recovers. Its circuit opens for the host,
+// not per path: one probe at a time, one per half-open window, whatever
+// the number of paths; on recovery the host ramps up.
+func TestSimHostOutageProbesOnceForTheHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		hangAt, upAt := start.Add(30*time.Minute), start.Add(time.Hour)
+		behave := func(now time.Time, _ int, _ string) reply {
+			switch {
+			case now.Before(hangAt):
+				return reply{refused: true}
+			case now.Before(upAt):
+				return reply{hang: true}
+			}
+			return reply{status: 200, latency: 200 * time.Millisecond}
+		}
+		const paths = 40
+		var eps []*endpoint
+		var subsOf []core.Subscription
+		for i := range paths {
+			ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), behave)
+			eps = append(eps, ep)
+			subsOf = append(subsOf, sub)
+		}
+		s.start()
+		var wg sync.WaitGroup
+		for i := range paths {
+			s.traffic(&wg, fmt.Sprintf("sim.p%d", i), 10*time.Second, 70*time.Minute)
+		}
+		wg.Wait()
+		// The probe that finds the host up comes up to a 30-minute window
+		// after it came back; then the backlog drains, ramping.
+		time.Sleep(time.Hour)
+		if h := s.d.Health(gateway, subsOf[0].ID); h.HostCircuit != "closed" {
+			t.Errorf("host circuit %s after recovery", h.HostCircuit)
+		}
+		for _, sub := range subsOf {
+			if st := s.states(sub); st[core.DeliveryDelivered] != 420 || len(st) != 1 {
+				t.Errorf("%s: %v, want all 420 delivered", sub.URL, st)
+			}
+		}
+		s.stop()
+
+		all := attemptsOf(eps)
+		opened, probes := hostProbes(t, all, upAt)
+		// 30 s doubling to 30 min over an hour: 6 or 7 windows, give or
+		// take the jitter, for 40 paths.
+		if len(probes) < 5 || len(probes) > 8 {
+			t.Errorf("%d probes in the hour the host was down, want 5..8 for the whole host", len(probes))
+		}
+		// Recovery ramps: in flight starts at 10 % of the cap.
+		var recovered time.Time // the probe that found the host up
+		for _, a := range all {
+			if a.class == send.Delivered {
+				recovered = a.end
+				break
+			}
+		}
+		inflight := func(at time.Time) int {
+			n := 0
+			for _, a := range all {
+				if !a.start.After(at) && a.end.After(at) {
+					n++
+				}
+			}
+			return n
+		}
+		for _, c := range []struct {
+			after time.Duration
+			most  int
+		}{{time.Second, 1}, {time.Minute, 3}, {2 * time.Minute, 5}} {
+			if n := inflight(recovered.Add(c.after)); n > c.most {
+				t.Errorf("%d in flight %s after recovery, the ramp allows %d", n, c.after, c.most)
+			}
+		}
+		// Ramped up, the backlog of an hour still draining: the whole cap.
+		most := 0
+		for at := recovered.Add(5*time.Minute + 30*time.Second); at.Before(recovered.Add(6 * time.Minute)); at = at.Add(time.Second) {
+			most = max(most, inflight(at))
+		}
+		if most != core.DefaultHostConcurrency {
+			t.Errorf("at most %d in flight five and a half minutes after recovery, want the whole cap of %d", most, core.DefaultHostConcurrency)
+		}
+		t.Logf("opened after %d attempts; %d probes in the hour down; %d attempts in all", opened, len(probes), len(all))
+	})
+}
+
+// attemptsOf is every attempt on eps, by start.
+func attemptsOf(eps []*endpoint) []simAttempt {
+	var all []simAttempt
+	for _, ep := range eps {
+		all = append(all, ep.snapshot()...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].start.Before(all[j].start) })
+	return all
+}
+
+// hostProbes splits a host's attempts, by start, into those before its
+// circuit opened and the probes after (until the first delivered after
+// upAt), and checks the probes: one at a time, each a window after the
+// last, the window doubling.
+func hostProbes(t *testing.T, all []simAttempt, upAt time.Time) (opened int, probes []simAttempt) {
+	t.Helper()
+	for opened+1 < len(all) && all[opened+1].start.Sub(all[opened].start) < 20*time.Second {
+		opened++
+	}
+	opened++
+	if opened < breakerMinVolume || opened > breakerMinVolume+core.DefaultHostConcurrency {
+		t.Errorf("%d attempts before the host's circuit opened, want %d..%d", opened, breakerMinVolume, breakerMinVolume+core.DefaultHostConcurrency)
+	}
+	for _, a := range all[opened:] {
+		if a.start.After(upAt) && a.class == send.Delivered {
+			break
+		}
+		probes = append(probes, a)
+	}
+	backoff := breakerFirstOpen
+	for i := 1; i < len(probes); i++ {
+		if probes[i].start.Before(probes[i-1].end) {
+			t.Fatalf("probes %d and %d overlap: %v–%v and %v", i-1, i, probes[i-1].start, probes[i-1].end, probes[i].start)
+		}
+		if gap := probes[i].start.Sub(probes[i-1].end); gap < backoff*8/10 {
+			t.Fatalf("probe %d came %s after the last ended; the window was %s", i, gap, backoff)
+		}
+		backoff = min(2*backoff, breakerMaxOpen)
+	}
+	return opened, probes
+}
+
+// Every path of a host hangs (a stuck server behind a gateway): no
+// connection fails, yet most endpoints failing at once is the host's
+// evidence. Its circuit opens for all of them, with one probe a window,
+// and no endpoint's own circuit opens for what was the host's failure.
+func TestSimHostWhosePathsAllHangOpensOneCircuit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		upAt := time.Now().Add(30 * time.Minute)
+		behave := func(now time.Time, _ int, _ string) reply {
+			if now.Before(upAt) {
+				return reply{hang: true}
+			}
+			return reply{status: 200, latency: 50 * time.Millisecond}
+		}
+		const paths = 20
+		var eps []*endpoint
+		var subsOf []core.Subscription
+		for i := range paths {
+			ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), behave)
+			eps = append(eps, ep)
+			subsOf = append(subsOf, sub)
+		}
+		s.start()
+		var wg sync.WaitGroup
+		for i := range paths {
+			s.traffic(&wg, fmt.Sprintf("sim.p%d", i), 30*time.Second, 40*time.Minute)
+		}
+		time.Sleep(5 * time.Minute)
+		for _, sub := range subsOf {
+			h := s.d.Health(sub.Host, sub.ID)
+			if h.HostCircuit == "closed" || h.EndpointCircuit != "closed" {
+				t.Fatalf("%s five minutes into the hang: host %s, endpoint %s; want the host's circuit held, the endpoint's closed",
+					sub.URL, h.HostCircuit, h.EndpointCircuit)
+			}
+		}
+		wg.Wait()
+		time.Sleep(time.Hour)
+		for _, sub := range subsOf {
+			if st := s.states(sub); st[core.DeliveryDelivered] != 80 || len(st) != 1 {
+				t.Errorf("%s: %v, want all 80 delivered", sub.URL, st)
+			}
+		}
+		s.stop()
+		opened, probes := hostProbes(t, attemptsOf(eps), upAt)
+		// 30 s doubling to 30 min over half an hour: 5 or 6 windows.
+		if len(probes) < 4 || len(probes) > 7 {
+			t.Errorf("%d probes in the half hour the host hung, want 4..7 for the whole host", len(probes))
+		}
+		t.Logf("opened after %d attempts; %d probes while it hung", opened, len(probes))
+	})
+}
