@@ -118,8 +118,9 @@ func collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		// Locked: two nodes updating one subscription take turns, so the
-		// "did the host or state change" decisions below hold. NO KEY: new
-		// deliveries referencing it (ingest) need not wait.
+		// "did the host or state change" decisions below hold. NO KEY: rows
+		// referencing it need not wait for their foreign key checks; ingest
+		// and this wait for each other through ingest's FOR SHARE (lockSubsSQL).
 		var oldHost string
 		var oldState core.SubscriptionState
 		err := tx.QueryRow(ctx, `SELECT host, state FROM subscriptions
