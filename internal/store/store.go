@@ -43,13 +43,16 @@ type Store interface {
 	SubscriptionListAll(ctx context.Context) ([]core.Subscription, error)
 	// SubscriptionUpdate overwrites the mutable fields of a live subscription
 	// (everything but ID, TenantID, CreatedAt), scoped to s.TenantID ("" any).
-	// In the same transaction: if s.State is disabled, its pending deliveries
-	// become skipped; if s.Host changed, its pending deliveries move to the new
-	// host and shard (admission must count them where they are sent).
+	// If s.State is disabled, its pending deliveries become skipped; if s.Host
+	// changed, its pending deliveries move to the new host and shard
+	// (admission must count them where they are sent). A backend may do
+	// either in batches after the row's change commits (a backlog of millions
+	// must not hold up ingest), but it returns only once they are done.
 	// ErrNotFound if absent or deleted.
 	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for
-	// the retention window) and skips its pending deliveries, in one transaction.
+	// the retention window) and skips its pending deliveries, as
+	// SubscriptionUpdate does for a disabled one.
 	// ErrNotFound if absent or already deleted.
 	SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error
 

@@ -12,6 +12,24 @@ import (
 	"hookd/internal/testenv"
 )
 
+// backlogOf gives sub n pending deliveries and done delivered ones.
+func backlogOf(t *testing.T, s *Store, sub core.Subscription, n, done int) {
+	t.Helper()
+	var batch []store.EventInsert
+	for i := range n + done {
+		in := event(sub)
+		if i >= n {
+			in.Deliveries[0].State = core.DeliveryDelivered
+		}
+		batch = append(batch, in)
+	}
+	for len(batch) > 0 {
+		k := min(len(batch), 500)
+		insert(t, s, batch[:k]...)
+		batch = batch[k:]
+	}
+}
+
 func count(t *testing.T, s *Store, where string, args ...any) int {
 	t.Helper()
 	var n int
@@ -19,6 +37,52 @@ func count(t *testing.T, s *Store, where string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A backlog larger than one skip batch is skipped whole on disable and on
+// delete; delivered rows stay as they are.
+func TestSkipCoversBacklogsBeyondOneBatch(t *testing.T) {
+	s := openURL(t, testenv.PostgresSchema(t))
+	ctx := t.Context()
+	const pending, delivered = 2*skipBatch + 7, 30
+	off, gone := activeSub(t, s, "off.example:443"), activeSub(t, s, "gone.example:443")
+	backlogOf(t, s, off, pending, delivered)
+	backlogOf(t, s, gone, pending, delivered)
+	off.State, off.DisabledReason, off.UpdatedAt = core.SubDisabled, "test", time.Now().UTC()
+	if err := s.SubscriptionUpdate(ctx, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SubscriptionDelete(ctx, "", gone.ID, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []core.Subscription{off, gone} {
+		if n := count(t, s, `subscription_id = $1 AND state = 'skipped'`, sub.ID); n != pending {
+			t.Errorf("%s: %d skipped, want every one of %d pending", sub.Host, n, pending)
+		}
+		if n := count(t, s, `subscription_id = $1 AND state = 'delivered'`, sub.ID); n != delivered {
+			t.Errorf("%s: %d delivered left, want %d", sub.Host, n, delivered)
+		}
+	}
+}
+
+// A crash between skip batches leaves a disabled subscription with pending
+// deliveries; the next Open skips them.
+func TestOpenFinishesAnInterruptedSkip(t *testing.T) {
+	u := testenv.PostgresSchema(t)
+	s := openURL(t, u)
+	off, live := activeSub(t, s, "off.example:443"), activeSub(t, s, "live.example:443")
+	backlogOf(t, s, off, skipBatch+5, 0)
+	backlogOf(t, s, live, 10, 0)
+	// What the first transaction of a disable commits, without the batches.
+	testenv.PostgresExec(t, u, `UPDATE subscriptions SET state = 'disabled' WHERE id = $1`, off.ID)
+
+	openURL(t, u)
+	if n := count(t, s, `subscription_id = $1 AND state = 'pending'`, off.ID); n != 0 {
+		t.Errorf("%d deliveries of the disabled subscription still pending after Open, want 0", n)
+	}
+	if n := count(t, s, `subscription_id = $1 AND state = 'pending'`, live.ID); n != 10 {
+		t.Errorf("the active subscription has %d pending after Open, want its 10", n)
+	}
 }
 
 // A change and an ingest of the same subscription on two nodes: whichever
