@@ -154,8 +154,8 @@ type EventInsert struct {
 type EventInsertResult struct {
 	EventID   string
 	Duplicate bool
-	// Deliveries as written (with Sequence, and the state the store
-	// decided); nil for a duplicate.
+	// Deliveries as written, in the order given (with Sequence, and the
+	// state the store decided); nil for a duplicate.
 	Deliveries []core.Delivery
 }
 
