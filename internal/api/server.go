@@ -29,16 +29,18 @@ type Guard interface {
 }
 
 // Dispatcher is what the API asks of the dispatcher: to look at work that
-// appeared in the store without a hand-off (a replay, a resumed
-// subscription), and what it knows of a subscription's health.
+// appeared in the store without a hand-off (a replay), and what it knows
+// of a subscription's health.
 type Dispatcher interface {
 	Wake(host, subscriptionID string)
 	Health(host, subscriptionID string) dispatch.Health
 }
 
 type Config struct {
-	Store    store.Store
-	Subs     *subs.Registry
+	Store store.Store
+	// Subs makes every subscription change (store, then registry, then
+	// the dispatcher's wake-up).
+	Subs     *subs.Service
 	Ingest   *ingest.Ingester
 	Dispatch Dispatcher
 	// Replays is told when a bulk replay job is created (nil: it finds it

@@ -155,10 +155,9 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p pr
 	now := time.Now().UTC()
 	sub.ID, sub.TenantID, sub.Secret = core.NewID("sub"), tenant, secret
 	sub.CreatedAt, sub.UpdatedAt = now, now
-	if err := s.Store.SubscriptionCreate(r.Context(), sub); err != nil {
+	if err := s.Subs.Create(r.Context(), sub); err != nil {
 		return err
 	}
-	s.Subs.Put(sub)
 	out := toSubscriptionJSON(sub)
 	out.Secret = secret
 	writeJSON(w, http.StatusCreated, out)
@@ -199,42 +198,35 @@ func (s *Server) patchSubscription(w http.ResponseWriter, r *http.Request, p pri
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	// Validated against the stored subscription, under its change lock:
+	// nothing is written unless every field is valid.
+	sub, err := s.Subs.Update(r.Context(), p.scope(), r.PathValue("id"), func(sub *core.Subscription) error {
+		if err := s.apply(req.subscriptionFields, sub); err != nil {
+			return err
+		}
+		if req.State != nil {
+			switch st := core.SubscriptionState(*req.State); st {
+			case core.SubActive, core.SubPaused:
+				sub.State, sub.DisabledReason = st, ""
+			case core.SubDisabled:
+				sub.State, sub.DisabledReason = st, "disabled by request"
+			default:
+				return errInvalid("state", "must be active, paused or disabled")
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	oldHost, oldState := sub.Host, sub.State
-	if err := s.apply(req.subscriptionFields, &sub); err != nil {
-		return err
-	}
-	if req.State != nil {
-		switch st := core.SubscriptionState(*req.State); st {
-		case core.SubActive, core.SubPaused:
-			sub.State, sub.DisabledReason = st, ""
-		case core.SubDisabled:
-			sub.State, sub.DisabledReason = st, "disabled by request"
-		default:
-			return errInvalid("state", "must be active, paused or disabled")
-		}
-	}
-	sub.UpdatedAt = time.Now().UTC()
-	if err := s.Store.SubscriptionUpdate(r.Context(), sub); err != nil {
-		return err
-	}
-	s.Subs.Put(sub)
-	if sub.State == core.SubActive && (oldState != core.SubActive || oldHost != sub.Host) {
-		s.Dispatch.Wake(sub.Host, sub.ID) // held deliveries may go now
 	}
 	writeJSON(w, http.StatusOK, toSubscriptionJSON(sub))
 	return nil
 }
 
 func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
-	id := r.PathValue("id")
-	if err := s.Store.SubscriptionDelete(r.Context(), p.scope(), id, time.Now().UTC()); err != nil {
+	if err := s.Subs.Delete(r.Context(), p.scope(), r.PathValue("id")); err != nil {
 		return err
 	}
-	s.Subs.Remove(id)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -242,22 +234,11 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p pr
 // rotateSecret issues a new secret; the old one keeps signing for 24 h so
 // receivers can switch without missing a delivery.
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request, p principal) error {
-	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	sub, err := s.Subs.Rotate(r.Context(), p.scope(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	sub.PrevSecret, sub.PrevSecretExpiresAt = sub.Secret, now.Add(core.SecretGracePeriod)
-	sub.Secret, sub.UpdatedAt = secret, now
-	if err := s.Store.SubscriptionUpdate(r.Context(), sub); err != nil {
-		return err
-	}
-	s.Subs.Put(sub)
-	writeJSON(w, http.StatusOK, map[string]any{"secret": secret, "previous_secret_expires_at": sub.PrevSecretExpiresAt})
+	writeJSON(w, http.StatusOK, map[string]any{"secret": sub.Secret, "previous_secret_expires_at": sub.PrevSecretExpiresAt})
 	return nil
 }
 

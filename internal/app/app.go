@@ -55,6 +55,7 @@ type App struct {
 	cfg      Config
 	store    store.Store
 	subs     *subs.Registry
+	subsvc   *subs.Service // every subscription change goes through it
 	dispatch *dispatch.Dispatcher
 	ingest   *ingest.Ingester
 	replays  *replay.Runner
@@ -95,6 +96,8 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	// Each node has its own registry: several nodes in one process (tests,
 	// benchmarks) never collide.
 	a := &App{cfg: cfg, store: st, subs: reg, metrics: metrics.New()}
+	// Built before the dispatcher it wakes: nothing changes until Open returns.
+	a.subsvc = subs.NewService(st, reg, func(host, subID string) { a.dispatch.Wake(host, subID) })
 	// A store that leases shards or notifies is shared with other nodes.
 	_, leases := st.(store.Leaser)
 	_, notifies := st.(store.Notifier)
@@ -118,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
 	}
 	if shared {
-		a.cluster = startCluster(st, reg, a.dispatch, cfg.Log)
+		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log)
 	}
 	shedCfg := cfg.Shed
 	shedCfg.Log = cfg.Log
@@ -135,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}
 	handler := api.New(api.Config{
-		Store: st, Subs: reg, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
+		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed,
 		Ready: func() error {
 			if a.stopping.Load() {

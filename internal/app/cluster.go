@@ -29,8 +29,8 @@ const (
 // shard shares changing) and reloads the subscription registry. It runs
 // only on a store several nodes share.
 type cluster struct {
-	store    store.Store
 	notifier store.Notifier // nil: no notifications, reloads only
+	subs     *subs.Service
 	reg      *subs.Registry
 	dispatch *dispatch.Dispatcher
 	log      *slog.Logger
@@ -45,8 +45,8 @@ type cluster struct {
 	wg     sync.WaitGroup
 }
 
-func startCluster(st store.Store, reg *subs.Registry, d *dispatch.Dispatcher, log *slog.Logger) *cluster {
-	c := &cluster{store: st, reg: reg, dispatch: d, log: log,
+func startCluster(st store.Store, svc *subs.Service, d *dispatch.Dispatcher, log *slog.Logger) *cluster {
+	c := &cluster{subs: svc, reg: svc.Registry(), dispatch: d, log: log,
 		reload: make(chan struct{}, 1), waiting: map[string]bool{}}
 	c.notifier, _ = st.(store.Notifier)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,9 +132,8 @@ func (c *cluster) reloadLoop(ctx context.Context) {
 // changes this node made meanwhile), then wakes the subscriptions that had
 // due work before the registry knew them.
 func (c *cluster) reloadOnce(ctx context.Context) {
-	since := c.reg.Version()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	list, err := c.store.SubscriptionListAll(rctx)
+	err := c.subs.Reload(rctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -142,7 +141,6 @@ func (c *cluster) reloadOnce(ctx context.Context) {
 		}
 		return
 	}
-	c.reg.ReplaceAll(list, since)
 	c.mu.Lock()
 	waiting := c.waiting
 	c.waiting = map[string]bool{}

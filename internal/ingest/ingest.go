@@ -74,8 +74,8 @@ func WithMetrics(m *metrics.Metrics) Option { return func(in *Ingester) { in.m =
 
 // WithReservations has reserve told of a batch's deliveries before its
 // commit, and release told of those the hand-off will not bring (the
-// commit failed, or an idempotency key repeated), so that no refill sends
-// a delivery before its hand-off does.
+// commit failed, an idempotency key repeated, or the store wrote one
+// skipped), so that no refill sends a delivery before its hand-off does.
 func WithReservations(reserve, release func([]store.EventInsert)) Option {
 	return func(in *Ingester) { in.reserve, in.release = reserve, release }
 }
@@ -206,7 +206,7 @@ func (in *Ingester) commit(batch []request) {
 		n += len(res.Deliveries)
 	}
 	jobs := make([]core.Job, 0, n)
-	skipped := 0
+	skipped := 0 // as written: the store skips what it must at commit
 	for i, res := range results {
 		for _, d := range res.Deliveries {
 			if d.State == core.DeliveryPending {
@@ -220,18 +220,36 @@ func (in *Ingester) commit(batch []request) {
 		in.notify(jobs)
 	}
 	if in.release != nil {
-		var repeated []store.EventInsert // their deliveries were never written
-		for i, res := range results {
-			if res.Duplicate {
-				repeated = append(repeated, inserts[i])
-			}
-		}
-		if len(repeated) > 0 {
-			in.release(repeated)
+		if unsent := unsent(inserts, results); len(unsent) > 0 {
+			in.release(unsent)
 		}
 	}
 	in.m.DeliveriesCreated(len(jobs), skipped)
 	in.committed <- committed{batch: batch, results: results, took: took}
+}
+
+// unsent returns what was reserved but will not be handed off: every
+// delivery of a repeated idempotency key (none was written), and those
+// planned pending that the store wrote otherwise (their subscription was
+// disabled or deleted by the commit).
+func unsent(inserts []store.EventInsert, results []store.EventInsertResult) []store.EventInsert {
+	var out []store.EventInsert
+	for i, res := range results {
+		if res.Duplicate {
+			out = append(out, inserts[i])
+			continue
+		}
+		var ds []core.Delivery
+		for k, d := range res.Deliveries { // in the order given
+			if planned := inserts[i].Deliveries[k]; planned.State == core.DeliveryPending && d.State != core.DeliveryPending {
+				ds = append(ds, planned)
+			}
+		}
+		if len(ds) > 0 {
+			out = append(out, store.EventInsert{Event: inserts[i].Event, Deliveries: ds})
+		}
+	}
+	return out
 }
 
 // answer replies to each committed batch's callers, in commit order.
@@ -258,7 +276,7 @@ func (in *Ingester) fanOut(ev core.Event, now time.Time) []core.Delivery {
 	for _, s := range matched {
 		state, lastErr := core.DeliveryPending, ""
 		if s.State == core.SubDisabled {
-			state = core.DeliverySkipped
+			state, lastErr = core.DeliverySkipped, store.SkipDisabled
 		} else if _, on := in.shed.Shedding(s.ID); on {
 			state = core.DeliverySkipped
 			lastErr = fmt.Sprintf("shed at ingest: over %d deliveries pending and not shrinking; replayable", in.shed.Threshold())

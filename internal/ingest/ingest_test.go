@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/metrics"
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
 	"hookd/internal/subs"
@@ -134,4 +136,99 @@ func TestOneBadEventDoesNotFailItsBatch(t *testing.T) {
 	if failed != 1 {
 		t.Errorf("%d submissions failed, want only the poison one", failed)
 	}
+}
+
+// The registry can be behind the store: a delivery planned pending for a
+// subscription the store has disabled is written skipped. It is not handed
+// off, so its reservation is released, and it counts as skipped.
+func TestDeliveriesTheStoreSkipsAreReleasedAndCountedSkipped(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "hookd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	mk := func(host string) core.Subscription {
+		s := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "http://" + host + "/",
+			Host: host, EventTypes: []string{"*"}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", State: core.SubActive}
+		if err := st.SubscriptionCreate(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	live, gone := mk("a.example:80"), mk("b.example:80")
+	reg := subs.New([]core.Subscription{live, gone}) // both active here
+	off := gone
+	off.State, off.UpdatedAt = core.SubDisabled, time.Now().UTC()
+	if err := st.SubscriptionUpdate(ctx, off); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var reserved, released, handed []string
+	ids := func(to *[]string) func([]store.EventInsert) {
+		return func(b []store.EventInsert) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, in := range b {
+				for _, d := range in.Deliveries {
+					*to = append(*to, d.SubscriptionID)
+				}
+			}
+		}
+	}
+	m := metrics.New()
+	in := New(st, reg, func(js []core.Job) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, j := range js {
+			handed = append(handed, j.Delivery.SubscriptionID)
+		}
+	}, WithMetrics(m), WithReservations(ids(&reserved), ids(&released)))
+	t.Cleanup(in.Close)
+
+	res, err := in.Submit(ctx, core.Event{TenantID: core.DefaultTenant, Type: "a.b", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(reserved) != 2 || !slices.Equal(released, []string{gone.ID}) || !slices.Equal(handed, []string{live.ID}) {
+		t.Errorf("reserved %v, released %v, handed off %v; want both, %s only, %s only", reserved, released, handed, gone.ID, live.ID)
+	}
+	mu.Unlock()
+	_, ds, err := st.EventGet(ctx, "", res.EventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if want := map[string]core.DeliveryState{live.ID: core.DeliveryPending, gone.ID: core.DeliverySkipped}[d.SubscriptionID]; d.State != want {
+			t.Errorf("delivery to %s is %s, want %s", d.SubscriptionID, d.State, want)
+		}
+	}
+	if p, s := created(t, m, "pending"), created(t, m, "skipped"); p != 1 || s != 1 {
+		t.Errorf("hookd_deliveries_created_total: pending %v, skipped %v; want 1 and 1", p, s)
+	}
+}
+
+// created reads hookd_deliveries_created_total for one state.
+func created(t *testing.T, m *metrics.Metrics, state string) float64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "hookd_deliveries_created_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "state" && l.GetValue() == state {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no hookd_deliveries_created_total{state=%q}", state)
+	return 0
 }

@@ -43,13 +43,16 @@ type Store interface {
 	SubscriptionListAll(ctx context.Context) ([]core.Subscription, error)
 	// SubscriptionUpdate overwrites the mutable fields of a live subscription
 	// (everything but ID, TenantID, CreatedAt), scoped to s.TenantID ("" any).
-	// In the same transaction: if s.State is disabled, its pending deliveries
-	// become skipped; if s.Host changed, its pending deliveries move to the new
-	// host and shard (admission must count them where they are sent).
+	// If s.State is disabled, its pending deliveries become skipped; if s.Host
+	// changed, its pending deliveries move to the new host and shard
+	// (admission must count them where they are sent). A backend may do
+	// either in batches after the row's change commits (a backlog of millions
+	// must not hold up ingest), but it returns only once they are done.
 	// ErrNotFound if absent or deleted.
 	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for
-	// the retention window) and skips its pending deliveries, in one transaction.
+	// the retention window) and skips its pending deliveries, as
+	// SubscriptionUpdate does for a disabled one.
 	// ErrNotFound if absent or already deleted.
 	SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error
 
@@ -59,6 +62,12 @@ type Store interface {
 	// batch, writes nothing and answers the first event's ID with Duplicate set.
 	// For deliveries of ordered subscriptions whose event has an ordering key,
 	// the store assigns Sequence (1, 2, ... per subscription and key).
+	// The store decides at commit: a delivery given pending is written
+	// skipped (LastError SkipDisabled or SkipDeleted; replayable) if its
+	// subscription is disabled or deleted by then, since the caller matched
+	// against a view of the subscriptions that may be behind, and the
+	// change's own skip sees only what was pending when it ran. A paused
+	// subscription's stay pending (held). The results say what was written.
 	// On error nothing of the batch is written.
 	EventInsertBatch(ctx context.Context, batch []EventInsert) ([]EventInsertResult, error)
 	// EventGet returns an event and its deliveries (oldest first). ErrNotFound if absent.
@@ -145,8 +154,27 @@ type EventInsert struct {
 type EventInsertResult struct {
 	EventID   string
 	Duplicate bool
-	// Deliveries as written (with Sequence); nil for a duplicate.
+	// Deliveries as written, in the order given (with Sequence, and the
+	// state the store decided); nil for a duplicate.
 	Deliveries []core.Delivery
+}
+
+// Why EventInsertBatch wrote skipped a delivery it was given pending.
+const (
+	SkipDisabled = "subscription disabled"
+	SkipDeleted  = "subscription deleted"
+)
+
+// SkipReason is the LastError a pending delivery is written with for a
+// subscription in state (deleted or not); "" if it stays pending.
+func SkipReason(state core.SubscriptionState, deleted bool) string {
+	switch {
+	case deleted:
+		return SkipDeleted
+	case state == core.SubDisabled:
+		return SkipDisabled
+	}
+	return ""
 }
 
 type Page[T any] struct {

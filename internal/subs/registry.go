@@ -1,8 +1,9 @@
-// Package subs holds every live subscription in memory with an index from
-// event type to subscriptions, so matching an event never scans a table.
-// The API keeps it current on every change made through this node; with a
-// store other nodes write too, ReplaceAll brings in theirs. Ingest and the
-// dispatcher read it.
+// Package subs holds the live subscriptions and how they change. Registry
+// holds them in memory with an index from event type to subscriptions, so
+// matching an event never scans a table; ingest and the dispatcher read
+// it. Service makes every change (the API's, a disable after a 410) and
+// keeps the registry current; with a store other nodes write too, its
+// Reload brings in theirs.
 package subs
 
 import (

@@ -29,7 +29,16 @@ const (
 		FROM unnest($1::text[], $2::text[]) AS k(tenant_id, idempotency_key)
 		JOIN events e ON e.tenant_id = k.tenant_id AND e.idempotency_key = k.idempotency_key
 		WHERE e.idempotency_key <> ''`
-	orderedSubsSQL = `SELECT id FROM subscriptions WHERE id = ANY($1::text[]) AND ordered`
+	// lockSubsSQL reads the batch's subscriptions as they are at commit.
+	// FOR SHARE, not the foreign key's FOR KEY SHARE: only FOR SHARE
+	// conflicts with the FOR NO KEY UPDATE of SubscriptionUpdate and
+	// SubscriptionDelete, so a change either waits for this commit (and its
+	// skip, run after, sees these deliveries) or commits first and is read
+	// here. Locked in ID order before anything else of the batch: an ingest
+	// waiting on a change holds only share locks, and a change holds one
+	// row and waits only on those, so no cycle.
+	lockSubsSQL = `SELECT id, ordered, state, deleted_at IS NOT NULL FROM subscriptions
+		WHERE id = ANY($1::text[]) ORDER BY id FOR SHARE`
 	// Reserves n numbers per line at once; sorted input takes the row locks
 	// in one order in every transaction, so two writers cannot deadlock.
 	nextSeqsSQL = `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence)
@@ -65,9 +74,16 @@ type idemKey struct{ tenant, key string }
 
 type seqLine struct{ sub, key string }
 
+// subAtCommit is what a batch needs of a subscription.
+type subAtCommit struct {
+	ordered bool
+	skip    string // why its deliveries given pending are written skipped; "" if not
+}
+
 // insertBatch writes the batch in four round trips whatever its size:
-// events (and what they collided with), sequences (ordered subscriptions
-// only), then deliveries with their notifications.
+// its subscriptions' state and events (and what they collided with),
+// sequences (ordered subscriptions only), then deliveries with their
+// notifications.
 func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, batch []store.EventInsert) ([]store.EventInsertResult, error) {
 	// A key repeated within the batch: the later items answer whatever the
 	// first one does, so only first occurrences go to the database.
@@ -99,7 +115,7 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, batch []store.EventI
 	keys, oks := make([]string, n), make([]string, n)
 	created := make([]time.Time, n)
 	var keyTenants, keyKeys []string
-	orderedCand := map[string]bool{} // subscriptions that may need a sequence
+	subIDs := map[string]bool{} // the subscriptions the batch writes to
 	for j, i := range cand {
 		e := &batch[i].Event
 		ids[j], tenants[j], types[j] = e.ID, e.TenantID, e.Type
@@ -112,25 +128,38 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, batch []store.EventI
 			keyTenants = append(keyTenants, e.TenantID)
 			keyKeys = append(keyKeys, e.IdempotencyKey)
 		}
-		if e.OrderingKey != "" {
-			for _, d := range batch[i].Deliveries {
-				orderedCand[d.SubscriptionID] = true
-			}
+		for _, d := range batch[i].Deliveries {
+			subIDs[d.SubscriptionID] = true
 		}
 	}
 
-	// Round trip 1. The key lookup runs after the insert, in a new snapshot:
-	// a key that lost to a concurrent transaction (the insert waited for it
-	// to commit) is found here with the winner's ID.
+	// Round trip 1. The subscriptions are locked first (see lockSubsSQL).
+	// The key lookup runs after the insert, in a new snapshot: a key that
+	// lost to a concurrent transaction (the insert waited for it to commit)
+	// is found here with the winner's ID.
 	b := &pgx.Batch{}
+	if len(subIDs) > 0 {
+		b.Queue(lockSubsSQL, mapKeys(subIDs))
+	}
 	b.Queue(insertEventsSQL, ids, tenants, types, payloads, keys, oks, created)
 	if len(keyKeys) > 0 {
 		b.Queue(findKeysSQL, keyTenants, keyKeys)
 	}
-	if len(orderedCand) > 0 {
-		b.Queue(orderedSubsSQL, mapKeys(orderedCand))
-	}
 	br := tx.SendBatch(ctx, b)
+	subs := make(map[string]subAtCommit, len(subIDs))
+	if len(subIDs) > 0 {
+		rows, _ := br.Query()
+		var id string
+		var state core.SubscriptionState
+		var ordered, deleted bool
+		if _, err := pgx.ForEachRow(rows, []any{&id, &ordered, &state, &deleted}, func() error {
+			subs[id] = subAtCommit{ordered: ordered, skip: store.SkipReason(state, deleted)}
+			return nil
+		}); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
 	inserted := map[string]bool{}
 	rows, _ := br.Query()
 	insIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -152,18 +181,6 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, batch []store.EventI
 		}); err != nil {
 			br.Close()
 			return nil, err
-		}
-	}
-	ordered := map[string]bool{}
-	if len(orderedCand) > 0 {
-		rows, _ := br.Query()
-		subs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			br.Close()
-			return nil, err
-		}
-		for _, id := range subs {
-			ordered[id] = true
 		}
 	}
 	if err := br.Close(); err != nil {
@@ -189,9 +206,15 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, batch []store.EventI
 		ds := make([]core.Delivery, len(in.Deliveries))
 		copy(ds, in.Deliveries)
 		for k := range ds {
-			ds[k].Sequence, ds[k].OrderingKey = 0, ev.OrderingKey
-			if ev.OrderingKey != "" && ordered[ds[k].SubscriptionID] {
-				want[seqLine{ds[k].SubscriptionID, ev.OrderingKey}]++
+			d := &ds[k]
+			d.Sequence, d.OrderingKey = 0, ev.OrderingKey
+			// A missing subscription fails the delivery insert on its key.
+			sa := subs[d.SubscriptionID]
+			if d.State == core.DeliveryPending && sa.skip != "" {
+				d.State, d.LastError = core.DeliverySkipped, sa.skip
+			}
+			if ev.OrderingKey != "" && sa.ordered {
+				want[seqLine{d.SubscriptionID, ev.OrderingKey}]++
 			}
 		}
 		out[i] = store.EventInsertResult{EventID: ev.ID, Deliveries: ds}
@@ -213,7 +236,7 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, batch []store.EventI
 		for _, ds := range written {
 			for k := range ds {
 				d := &ds[k]
-				if l := (seqLine{d.SubscriptionID, d.OrderingKey}); d.OrderingKey != "" && ordered[d.SubscriptionID] {
+				if l := (seqLine{d.SubscriptionID, d.OrderingKey}); d.OrderingKey != "" && subs[d.SubscriptionID].ordered {
 					d.Sequence = next[l]
 					next[l]++
 				}

@@ -115,7 +115,11 @@ func open(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 	}
 	var tok [8]byte
 	rand.Read(tok[:])
-	return &Store{pool: pool, token: hex.EncodeToString(tok[:]), channel: channelFor(schema)}, nil
+	s := &Store{pool: pool, token: hex.EncodeToString(tok[:]), channel: channelFor(schema)}
+	if err := s.finishSkips(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: skipping what a crash left pending: %w", err)
+	}
+	return s, nil
 }
 
 // Migrate brings the schema of the database at url up to date.

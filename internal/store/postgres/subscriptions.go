@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,10 +117,11 @@ func collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
-	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+	err := mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		// Locked: two nodes updating one subscription take turns, so the
-		// "did the host or state change" decisions below hold. NO KEY: new
-		// deliveries referencing it (ingest) need not wait.
+		// "did the host or state change" decisions below hold. NO KEY: rows
+		// referencing it need not wait for their foreign key checks; ingest
+		// and this wait for each other through ingest's FOR SHARE (lockSubsSQL).
 		var oldHost string
 		var oldState core.SubscriptionState
 		err := tx.QueryRow(ctx, `SELECT host, state FROM subscriptions
@@ -140,10 +142,7 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		}
 		notes := []store.Due{changed(sub.ID)}
 		if sub.State == core.SubDisabled {
-			if err := s.notify(ctx, tx, notes...); err != nil {
-				return err
-			}
-			return skipPending(ctx, tx, sub.ID, sub.UpdatedAt)
+			return s.notify(ctx, tx, notes...) // its backlog is skipped after the commit
 		}
 		moved := sub.Host != oldHost
 		if moved {
@@ -160,28 +159,85 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		}
 		return s.notify(ctx, tx, notes...)
 	}))
+	if err == nil && sub.State == core.SubDisabled {
+		s.skipBacklog(ctx, sub.ID, sub.UpdatedAt)
+	}
+	return err
 }
 
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
-	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+	err := mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE subscriptions SET deleted_at = $1, updated_at = $1
 			WHERE id = $2 AND ($3 = '' OR tenant_id = $3) AND deleted_at IS NULL`, now, id, tenantID)
 		if err := mustAffect(tag, err); err != nil {
 			return err
 		}
-		if err := s.notify(ctx, tx, changed(id)); err != nil {
-			return err
-		}
-		return skipPending(ctx, tx, id, now)
+		return s.notify(ctx, tx, changed(id))
 	}))
+	if err != nil {
+		return err
+	}
+	s.skipBacklog(ctx, id, now)
+	return nil
 }
 
-// skipPending moves a subscription's pending deliveries to skipped: they will
-// not be sent, but stay replayable.
-func skipPending(ctx context.Context, tx pgx.Tx, subID string, now time.Time) error {
-	_, err := tx.Exec(ctx, `UPDATE deliveries SET state = 'skipped', updated_at = $1
-		WHERE subscription_id = $2 AND state = 'pending'`, now, subID)
-	return err
+// skipBatch is how many pending deliveries one transaction of skipBacklog
+// skips. The subscription's row change commits first and alone: ingest
+// locks the rows of the subscriptions it writes to (lockSubsSQL), and one
+// statement over a large backlog would hold every ingest touching this
+// subscription, on every node, for as long as it ran.
+const skipBatch = 1000
+
+// skipBacklog skips a disabled or deleted subscription's pending deliveries
+// (not sent, still replayable) once its change has committed, in
+// transactions of skipBatch. Each shares the row lock and re-reads it, so
+// it stops once the subscription is live again (a resume meanwhile) and a
+// change waits for the batch in flight. The change itself has committed:
+// neither the caller going away nor a failed batch undoes it; what is left
+// pending is never sent (dispatch sends only active subscriptions' work)
+// and Open finishes it.
+func (s *Store) skipBacklog(ctx context.Context, subID string, now time.Time) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	for {
+		var n int64
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			n = 0
+			var gone bool
+			err := tx.QueryRow(ctx, `SELECT state = 'disabled' OR deleted_at IS NOT NULL FROM subscriptions
+				WHERE id = $1 FOR SHARE`, subID).Scan(&gone)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			if err != nil || !gone {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `UPDATE deliveries SET state = 'skipped', updated_at = $1
+				WHERE id IN (SELECT id FROM deliveries WHERE subscription_id = $2 AND state = 'pending' LIMIT $3)
+				AND state = 'pending'`, now, subID, skipBatch)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil || n < skipBatch {
+			return
+		}
+	}
+}
+
+// finishSkips skips what a crash or a failed batch left pending of
+// disabled or deleted subscriptions (skipBacklog commits in batches).
+func (s *Store) finishSkips(ctx context.Context) error {
+	rows, _ := s.pool.Query(ctx, `SELECT s.id FROM subscriptions s
+		WHERE (s.state = 'disabled' OR s.deleted_at IS NOT NULL)
+		AND EXISTS (SELECT 1 FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'pending')`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		s.skipBacklog(ctx, id, time.Now().UTC())
+	}
+	return nil
 }
 
 // mustAffect turns "no row matched" into ErrNotFound.

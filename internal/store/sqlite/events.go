@@ -17,8 +17,10 @@ const (
 	findKeySQL     = `SELECT id FROM events WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''`
 	insertEventSQL = `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`
-	subOrderedSQL = `SELECT ordered FROM subscriptions WHERE id = ?`
-	nextSeqSQL    = `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
+	// subStateSQL runs in the write transaction, which SubscriptionUpdate
+	// and SubscriptionDelete also need: what it reads holds at commit.
+	subStateSQL = `SELECT ordered, state, deleted_at IS NOT NULL FROM subscriptions WHERE id = ?`
+	nextSeqSQL  = `INSERT INTO ordering_sequences (subscription_id, ordering_key, last_sequence) VALUES (?, ?, 1)
 		ON CONFLICT (subscription_id, ordering_key) DO UPDATE SET last_sequence = last_sequence + 1
 		RETURNING last_sequence`
 )
@@ -31,7 +33,7 @@ var insertDeliveries = newMultiRow(
 
 // batchStmts are the hot statements bound to one EventInsertBatch transaction.
 type batchStmts struct {
-	findKey, insEvent, subOrdered, nextSeq *sql.Stmt
+	findKey, insEvent, subState, nextSeq *sql.Stmt
 	// deliveryArgs collects the batch's delivery rows; they are written
 	// after every event, a chunk of rows per statement.
 	deliveryArgs []any
@@ -45,7 +47,7 @@ func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, erro
 	}{
 		{&b.findKey, findKeySQL},
 		{&b.insEvent, insertEventSQL},
-		{&b.subOrdered, subOrderedSQL},
+		{&b.subState, subStateSQL},
 		{&b.nextSeq, nextSeqSQL},
 	} {
 		st, err := s.inTx(ctx, tx, p.sql)
@@ -59,7 +61,7 @@ func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, erro
 }
 
 func (b *batchStmts) close() {
-	for _, st := range []*sql.Stmt{b.findKey, b.insEvent, b.subOrdered, b.nextSeq} {
+	for _, st := range []*sql.Stmt{b.findKey, b.insEvent, b.subState, b.nextSeq} {
 		if st != nil {
 			st.Close()
 		}
@@ -83,9 +85,9 @@ func (s *Store) EventInsertBatch(ctx context.Context, batch []store.EventInsert)
 		}
 		st.deliveryArgs = make([]any, 0, n*insertDeliveries.cols)
 		out = make([]store.EventInsertResult, 0, len(batch))
-		ordered := map[string]bool{} // subscription ID → ordered, looked up once per batch
+		subs := map[string]subAtCommit{} // looked up once per subscription per batch
 		for _, in := range batch {
-			r, err := insertOne(ctx, st, ordered, in)
+			r, err := insertOne(ctx, st, subs, in)
 			if err != nil {
 				return err
 			}
@@ -99,10 +101,34 @@ func (s *Store) EventInsertBatch(ctx context.Context, batch []store.EventInsert)
 	return out, nil
 }
 
+// subAtCommit is what a batch needs of a subscription.
+type subAtCommit struct {
+	ordered bool
+	skip    string // why its deliveries given pending are written skipped; "" if not
+}
+
+// subState reads a subscription once per batch, from the write transaction.
+func subState(ctx context.Context, st *batchStmts, subs map[string]subAtCommit, id string) (subAtCommit, error) {
+	if sa, ok := subs[id]; ok {
+		return sa, nil
+	}
+	var ordered, deleted int
+	var state string
+	err := st.subState.QueryRowContext(ctx, id).Scan(&ordered, &state, &deleted)
+	// No such subscription: the delivery insert fails on its foreign key
+	// and takes the batch down with it.
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return subAtCommit{}, err
+	}
+	sa := subAtCommit{ordered: ordered != 0, skip: store.SkipReason(core.SubscriptionState(state), deleted != 0)}
+	subs[id] = sa
+	return sa, nil
+}
+
 // insertOne writes one event and its deliveries inside the batch transaction.
 // The idempotency lookup sees rows written earlier in the same transaction,
 // so duplicates within a batch resolve exactly like duplicates across batches.
-func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in store.EventInsert) (store.EventInsertResult, error) {
+func insertOne(ctx context.Context, st *batchStmts, subs map[string]subAtCommit, in store.EventInsert) (store.EventInsertResult, error) {
 	ev := in.Event
 	if ev.IdempotencyKey != "" {
 		var first string
@@ -127,23 +153,16 @@ func insertOne(ctx context.Context, st *batchStmts, ordered map[string]bool, in 
 	for i := range ds {
 		d := &ds[i]
 		d.Sequence, d.OrderingKey = 0, ev.OrderingKey
-		if ev.OrderingKey != "" {
-			o, ok := ordered[d.SubscriptionID]
-			if !ok {
-				var v int
-				err := st.subOrdered.QueryRowContext(ctx, d.SubscriptionID).Scan(&v)
-				// No such subscription: the delivery insert below fails
-				// on its foreign key and takes the batch down with it.
-				if err != nil && !errors.Is(err, sql.ErrNoRows) {
-					return store.EventInsertResult{}, err
-				}
-				o = v != 0
-				ordered[d.SubscriptionID] = o
-			}
-			if o {
-				if err := st.nextSeq.QueryRowContext(ctx, d.SubscriptionID, ev.OrderingKey).Scan(&d.Sequence); err != nil {
-					return store.EventInsertResult{}, err
-				}
+		sa, err := subState(ctx, st, subs, d.SubscriptionID)
+		if err != nil {
+			return store.EventInsertResult{}, err
+		}
+		if d.State == core.DeliveryPending && sa.skip != "" {
+			d.State, d.LastError = core.DeliverySkipped, sa.skip
+		}
+		if ev.OrderingKey != "" && sa.ordered {
+			if err := st.nextSeq.QueryRowContext(ctx, d.SubscriptionID, ev.OrderingKey).Scan(&d.Sequence); err != nil {
+				return store.EventInsertResult{}, err
 			}
 		}
 		st.deliveryArgs = append(appendDeliveryArgs(st.deliveryArgs, d), ns(d.CreatedAt))

@@ -160,6 +160,50 @@ func testOrderedSequence(t *testing.T, s store.Store) {
 	same(t, "stored deliveries", ds, res[0].Deliveries)
 }
 
+// The caller matched against a view of the subscriptions that may be
+// behind: the store writes skipped what it was given pending for a
+// subscription disabled or deleted by the commit, and says so.
+func testIngestDecidesAtCommit(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	active, paused := f.sub(a.ID, "a.example:443"), f.sub(a.ID, "p.example:443")
+	disabled, deleted := f.sub(a.ID, "d.example:443", ordered), f.sub(a.ID, "x.example:443")
+	p := paused
+	p.State, p.UpdatedAt = core.SubPaused, at(time.Minute)
+	noErr(t, "pause", s.SubscriptionUpdate(f.ctx, p))
+	d := disabled
+	d.State, d.DisabledReason, d.UpdatedAt = core.SubDisabled, "410 Gone", at(time.Minute)
+	noErr(t, "disable", s.SubscriptionUpdate(f.ctx, d))
+	noErr(t, "delete", s.SubscriptionDelete(f.ctx, a.ID, deleted.ID, at(time.Minute)))
+
+	e := ev(a.ID, "payment.succeeded", orderKey("k"))
+	in := item(e, at(0), active, paused, disabled, deleted)
+	shed := dlv(e, f.sub(a.ID, "s.example:443"), at(0))
+	shed.State, shed.LastError = core.DeliverySkipped, "shed"
+	in.Deliveries = append(in.Deliveries, shed)
+	res := f.insert(in, item(ev(a.ID, "payment.succeeded", orderKey("k")), at(0), disabled))
+
+	want := append([]core.Delivery(nil), in.Deliveries...)
+	want[2].State, want[2].LastError, want[2].Sequence = core.DeliverySkipped, store.SkipDisabled, 1
+	want[3].State, want[3].LastError = core.DeliverySkipped, store.SkipDeleted
+	same(t, "returned deliveries", res[0].Deliveries, want)
+	_, stored, err := s.EventGet(f.ctx, a.ID, e.ID)
+	noErr(t, "EventGet", err)
+	same(t, "stored deliveries", stored, want)
+	// A skipped delivery of an ordered subscription keeps its place in line.
+	if got := res[1].Deliveries[0]; got.State != core.DeliverySkipped || got.Sequence != 2 {
+		t.Fatalf("second delivery to the disabled ordered subscription: %s, sequence %d; want skipped, 2", got.State, got.Sequence)
+	}
+	// Replayable like any skipped delivery once the subscription is back.
+	d.State, d.DisabledReason, d.UpdatedAt = core.SubActive, "", at(2*time.Minute)
+	noErr(t, "resume", s.SubscriptionUpdate(f.ctx, d))
+	r, err := s.DeliveryReplay(f.ctx, a.ID, want[2].ID, at(time.Hour))
+	noErr(t, "DeliveryReplay", err)
+	if r.State != core.DeliveryPending {
+		t.Fatalf("replayed delivery is %s, want pending", r.State)
+	}
+}
+
 func testEventGet(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a, b := f.tenant(), f.tenant()

@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"IdempotentIngest", testIdempotentIngest},
 		{"OutboxAllOrNothing", testOutboxAllOrNothing},
 		{"OrderedSequence", testOrderedSequence},
+		{"IngestDecidesAtCommit", testIngestDecidesAtCommit},
 		{"EventGet", testEventGet},
 		{"DeliveryDue", testDeliveryDue},
 		{"DeliveryPendingSubscriptions", testDeliveryPendingSubscriptions},

@@ -1,0 +1,222 @@
+package subs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+	"hookd/webhook"
+)
+
+// writeTimeout bounds a change's write once begun. The write does not end
+// with its caller (a client hanging up), so store and registry agree; the
+// store's own follow-up (skipping a backlog) is bounded by the store.
+const writeTimeout = 30 * time.Second
+
+// Service makes every change to a subscription, in one order: the store,
+// then the registry, then the dispatcher's wake-up. The registry never
+// shows what the store has not committed, and where it is behind the store
+// (between the two, or another node's change not yet reloaded) the store
+// decides at commit what ingest writes (EventInsertBatch). If the store
+// write fails, the registry is left as it was.
+//
+// Changes to one subscription on this node take turns: a lock per ID, held
+// across the store call. Never one lock for all: a disable can take minutes
+// while the store skips a large backlog.
+type Service struct {
+	store store.Store
+	reg   *Registry
+	wake  func(host, subscriptionID string)
+	locks idLocks
+	// reloading keeps reloads apart (ReplaceAll's calls must not overlap);
+	// no change waits on it.
+	reloading sync.Mutex
+}
+
+// NewService keeps reg in step with st. wake (nil: none) is told when a
+// subscription may have held deliveries to send now; it is called only
+// after a change, so it may refer to a dispatcher built later.
+func NewService(st store.Store, reg *Registry, wake func(host, subscriptionID string)) *Service {
+	return &Service{store: st, reg: reg, wake: wake}
+}
+
+// Registry is the index the service keeps; read it, never change it.
+func (v *Service) Registry() *Registry { return v.reg }
+
+// Create stores s, made whole by the caller (ID, tenant, secret, times),
+// then adds it to the registry. store.ErrConflict if its ID exists.
+func (v *Service) Create(ctx context.Context, s core.Subscription) error {
+	unlock, err := v.locks.lock(ctx, s.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	wctx, cancel := detach(ctx)
+	defer cancel()
+	if err := v.store.SubscriptionCreate(wctx, s); err != nil {
+		return fmt.Errorf("creating subscription: %w", err)
+	}
+	v.reg.Put(s)
+	return nil
+}
+
+// Update applies mutate to the stored subscription (of tenantID; "" any)
+// and writes the result with UpdatedAt now. ID, tenant and CreatedAt stay.
+// It wakes the dispatcher when the subscription became active, or moved
+// host while active: its held deliveries may go now. It returns the
+// subscription as written. An error from mutate is returned as is, and
+// nothing is written. store.ErrNotFound if absent, deleted or another
+// tenant's.
+func (v *Service) Update(ctx context.Context, tenantID, id string, mutate func(*core.Subscription) error) (core.Subscription, error) {
+	unlock, err := v.locks.lock(ctx, id)
+	if err != nil {
+		return core.Subscription{}, err
+	}
+	defer unlock()
+	cur, err := v.store.SubscriptionGet(ctx, tenantID, id)
+	if err != nil {
+		return core.Subscription{}, fmt.Errorf("reading subscription: %w", err)
+	}
+	next := cur
+	if err := mutate(&next); err != nil {
+		return core.Subscription{}, err
+	}
+	next.ID, next.TenantID, next.CreatedAt = cur.ID, cur.TenantID, cur.CreatedAt
+	// Later than what it replaces, even if the clock stepped back: the
+	// registry keeps the newer of two versions.
+	next.UpdatedAt = time.Now().UTC()
+	if !next.UpdatedAt.After(cur.UpdatedAt) {
+		next.UpdatedAt = cur.UpdatedAt.Add(time.Microsecond)
+	}
+	wctx, cancel := detach(ctx)
+	defer cancel()
+	if err := v.store.SubscriptionUpdate(wctx, next); err != nil {
+		return core.Subscription{}, fmt.Errorf("updating subscription: %w", err)
+	}
+	v.reg.Put(next)
+	if v.wake != nil && next.State == core.SubActive && (cur.State != core.SubActive || cur.Host != next.Host) {
+		v.wake(next.Host, next.ID)
+	}
+	return next, nil
+}
+
+// errUnchanged tells change's callers that mutate found nothing to do.
+var errUnchanged = errors.New("unchanged")
+
+// Disable turns a subscription off for reason (its endpoint answered 410):
+// the store skips its pending deliveries, then the registry stops matching
+// it as active. It is a no-op if the subscription is already disabled or
+// gone. Errors are the store's.
+func (v *Service) Disable(ctx context.Context, id, reason string) error {
+	_, err := v.Update(ctx, "", id, func(s *core.Subscription) error {
+		if s.State == core.SubDisabled {
+			return errUnchanged
+		}
+		s.State, s.DisabledReason = core.SubDisabled, reason
+		return nil
+	})
+	if errors.Is(err, errUnchanged) || errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Delete marks a subscription deleted (the store skips its pending
+// deliveries), then removes it from the registry. store.ErrNotFound if
+// absent, already deleted or another tenant's (tenantID "" any).
+func (v *Service) Delete(ctx context.Context, tenantID, id string) error {
+	unlock, err := v.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	wctx, cancel := detach(ctx)
+	defer cancel()
+	if err := v.store.SubscriptionDelete(wctx, tenantID, id, time.Now().UTC()); err != nil {
+		return fmt.Errorf("deleting subscription: %w", err)
+	}
+	v.reg.Remove(id)
+	return nil
+}
+
+// Rotate gives a subscription a new secret; the previous one keeps signing
+// for core.SecretGracePeriod, so receivers can switch without missing a
+// delivery. It returns the subscription as written (Secret is the new
+// one). Errors as Update's.
+func (v *Service) Rotate(ctx context.Context, tenantID, id string) (core.Subscription, error) {
+	return v.Update(ctx, tenantID, id, func(s *core.Subscription) error {
+		secret, err := webhook.NewSecret()
+		if err != nil {
+			return fmt.Errorf("new secret: %w", err)
+		}
+		s.PrevSecret, s.PrevSecretExpiresAt = s.Secret, time.Now().UTC().Add(core.SecretGracePeriod)
+		s.Secret = secret
+		return nil
+	})
+}
+
+// Reload makes the registry hold the store's live subscriptions, keeping
+// any change made through this service while they were read (its write
+// came first, so it is at least as new). It brings in other nodes' changes
+// on a store they share. Errors are the store's.
+func (v *Service) Reload(ctx context.Context) error {
+	v.reloading.Lock()
+	defer v.reloading.Unlock()
+	since := v.reg.Version()
+	list, err := v.store.SubscriptionListAll(ctx)
+	if err != nil {
+		return fmt.Errorf("listing subscriptions: %w", err)
+	}
+	v.reg.ReplaceAll(list, since)
+	return nil
+}
+
+// detach gives a write that outlives its caller, within writeTimeout.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+}
+
+// idLocks holds one lock per subscription ID, kept while someone holds or
+// waits for it.
+type idLocks struct {
+	mu sync.Mutex
+	m  map[string]*idLock
+}
+
+type idLock struct {
+	held chan struct{} // one token while held
+	refs int           // holders and waiters; guarded by idLocks.mu
+}
+
+// lock waits for id's lock until ctx ends, and returns its unlock.
+func (l *idLocks) lock(ctx context.Context, id string) (func(), error) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*idLock{}
+	}
+	e := l.m[id]
+	if e == nil {
+		e = &idLock{held: make(chan struct{}, 1)}
+		l.m[id] = e
+	}
+	e.refs++
+	l.mu.Unlock()
+	drop := func() {
+		l.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(l.m, id)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case e.held <- struct{}{}:
+		return func() { <-e.held; drop() }, nil
+	case <-ctx.Done():
+		drop()
+		return nil, ctx.Err()
+	}
+}
