@@ -114,6 +114,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		Resync:          resync,
 		Node:            cfg.Node,
 		LeaseTTL:        cfg.LeaseTTL,
+		Disable:         a.subsvc.Disable,
 	})
 	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
 	if err := a.dispatch.Start(ctx); err != nil {

@@ -343,29 +343,16 @@ func (d *Dispatcher) disableAsync(subID, reason string) {
 	}()
 }
 
-// disable turns a subscription off after its endpoint said 410: the store
-// skips its pending deliveries, and the registry stops treating it as active.
+// disable turns a subscription off after its endpoint said 410, through
+// the subscription service: the store skips its pending deliveries, then
+// the registry stops treating it as active.
 func (d *Dispatcher) disable(subID, reason string) {
-	cur, ok := d.cfg.Subs.Get(subID)
-	if !ok || cur.State == core.SubDisabled {
+	if d.cfg.Disable == nil {
 		return
 	}
-	s := *cur
-	s.State = core.SubDisabled
-	s.DisabledReason = reason
-	s.UpdatedAt = time.Now().UTC()
-	// The registry first: once the store says disabled, ingest must already
-	// write new deliveries skipped (the store's update skips only those
-	// pending at its commit). Undone if the store refuses.
-	d.cfg.Subs.Put(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := d.cfg.Store.SubscriptionUpdate(ctx, s); err != nil {
-		if now, ok := d.cfg.Subs.Get(subID); ok && now.UpdatedAt.Equal(s.UpdatedAt) {
-			back := *cur
-			back.UpdatedAt = s.UpdatedAt // Put keeps the newest; this is the undo of s
-			d.cfg.Subs.Put(back)
-		}
+	if err := d.cfg.Disable(ctx, subID, reason); err != nil {
 		d.cfg.Log.Error("disabling subscription", "subscription", subID, "err", err)
 		return
 	}

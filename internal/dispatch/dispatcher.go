@@ -74,6 +74,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Metrics receives attempt outcomes and finished deliveries (nil: none).
 	Metrics *metrics.Metrics
+	// Disable turns a subscription off after its endpoint answered 410
+	// Gone: the subscription service's Disable, so it is ordered like every
+	// other change (nil: the 410 only fails its delivery).
+	Disable func(ctx context.Context, subID, reason string) error
 }
 
 // Dispatcher holds one big mutex, mu, over the host and lane state and

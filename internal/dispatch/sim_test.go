@@ -193,7 +193,8 @@ func (s *sim) path(host, path, typ string, behave behaviour, edit ...func(*core.
 
 func (s *sim) start(edit ...func(*Config)) {
 	cfg := Config{Store: s.store, Subs: s.subs, Sender: s.fleet,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Disable: subs.NewService(s.store, s.subs, nil).Disable}
 	for _, e := range edit {
 		e(&cfg)
 	}
