@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -119,43 +120,31 @@ func TestBenchBacklogSmoke(t *testing.T) {
 	}
 }
 
-// The receivers run in a second process: the real binary re-executes itself.
+// The receivers run in a second process: the real binary re-executes
+// itself. HOOKD_SHARED_HOST reaches the child: the parent refuses a child
+// whose receivers are not on one port.
 func TestBenchReceiversProcess(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, hookdBin, "bench", "--json", "--scenario", "throughput",
-		"--duration", "1s", "--concurrency", "4", "--fanout", "2", "--receivers-process")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	m := lastJSON(t, string(out))
-	checkSummary(t, m, "throughput")
-	if m["receivers_process"] != true {
-		t.Errorf("receivers_process = %v", m["receivers_process"])
-	}
-}
-
-// HOOKD_SHARED_HOST reaches a receiver child process: the parent refuses
-// a child whose receivers are not on one port.
-func TestBenchReceiversProcessSharedHost(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, hookdBin, "bench", "--json", "--scenario", "throughput",
-		"--duration", "1s", "--concurrency", "4", "--fanout", "2", "--receivers-process")
-	cmd.Env = append(os.Environ(), "HOOKD_SHARED_HOST=true")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	m := lastJSON(t, string(out))
-	checkSummary(t, m, "throughput")
-	if m["receivers_process"] != true || m["shared_host"] != true {
-		t.Errorf("receivers_process = %v, shared_host = %v, want both true", m["receivers_process"], m["shared_host"])
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, hookdBin, "bench", "--json", "--scenario", "throughput",
+				"--duration", "1s", "--concurrency", "4", "--fanout", "2", "--receivers-process")
+			if shared {
+				cmd.Env = append(os.Environ(), "HOOKD_SHARED_HOST=true")
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+			}
+			m := lastJSON(t, string(out))
+			checkSummary(t, m, "throughput")
+			if m["receivers_process"] != true || m["shared_host"] != shared {
+				t.Errorf("receivers_process = %v, shared_host = %v, want true, %v", m["receivers_process"], m["shared_host"], shared)
+			}
+		})
 	}
 }
 

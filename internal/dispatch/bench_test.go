@@ -26,12 +26,23 @@ func (c *countingStore) DeliveryRecordResults(_ context.Context, rs []store.Atte
 
 // BenchmarkDispatchBookkeeping: hand-off, admission, lane selection,
 // retry policy and result batching for one delivery, with an endpoint that
-// answers at once and a store that takes results without writing.
+// answers at once and a store that takes results without writing: ten
+// endpoints on hosts of their own, and 100 paths of one shared host
+// (where every start looks at the host's lanes for the fair share).
 func BenchmarkDispatchBookkeeping(b *testing.B) {
+	b.Run("10-hosts", func(b *testing.B) {
+		benchBookkeeping(b, 10, func(i int) string { return fmt.Sprintf("h%d.example:443", i) })
+	})
+	b.Run("1-host-100-paths", func(b *testing.B) {
+		benchBookkeeping(b, 100, func(int) string { return "gateway.example:443" })
+	})
+}
+
+func benchBookkeeping(b *testing.B, n int, hostOf func(i int) string) {
 	bd := setup(&testing.T{})
 	var subsList []core.Subscription
-	for i := range 10 {
-		subsList = append(subsList, bd.subscriptionB(b, fmt.Sprintf("h%d.example:443", i)))
+	for i := range n {
+		subsList = append(subsList, bd.subscriptionB(b, hostOf(i), i))
 	}
 	cs := &countingStore{Store: bd.store}
 	d := New(Config{Store: cs, Subs: bd.subs, Resync: time.Hour, FlushInterval: 200 * time.Microsecond,
@@ -66,8 +77,8 @@ func BenchmarkDispatchBookkeeping(b *testing.B) {
 	}
 }
 
-func (b *bundle) subscriptionB(tb testing.TB, host string) core.Subscription {
-	s := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://" + host + "/",
+func (b *bundle) subscriptionB(tb testing.TB, host string, path int) core.Subscription {
+	s := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: fmt.Sprintf("https://%s/p%d", host, path),
 		Host: host, EventTypes: []string{"*"}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		State: core.SubActive}
 	b.subs.Put(s)

@@ -171,19 +171,10 @@ func TestSimHostOutageProbesOnceForTheHost(t *testing.T) {
 			}
 			return reply{status: 200, latency: 200 * time.Millisecond}
 		}
-		const paths = 40
-		var eps []*endpoint
-		var subsOf []core.Subscription
-		for i := range paths {
-			ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), behave)
-			eps = append(eps, ep)
-			subsOf = append(subsOf, sub)
-		}
+		eps, subsOf := s.gatewayPaths(40, behave)
 		s.start()
 		var wg sync.WaitGroup
-		for i := range paths {
-			s.traffic(&wg, fmt.Sprintf("sim.p%d", i), 10*time.Second, 70*time.Minute)
-		}
+		s.gatewayTraffic(&wg, subsOf, 10*time.Second, 70*time.Minute)
 		wg.Wait()
 		// The probe that finds the host up comes up to a 30-minute window
 		// after it came back; then the backlog drains, ramping.
@@ -242,6 +233,26 @@ func TestSimHostOutageProbesOnceForTheHost(t *testing.T) {
 	})
 }
 
+// gatewayPaths adds n subscriptions at paths p0… of the gateway host,
+// each to its own event type, all behaving alike.
+func (s *sim) gatewayPaths(n int, behave behaviour) ([]*endpoint, []core.Subscription) {
+	var eps []*endpoint
+	var subsOf []core.Subscription
+	for i := range n {
+		ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), behave)
+		eps = append(eps, ep)
+		subsOf = append(subsOf, sub)
+	}
+	return eps, subsOf
+}
+
+// gatewayTraffic posts an event of each path's type every interval for span.
+func (s *sim) gatewayTraffic(wg *sync.WaitGroup, subsOf []core.Subscription, interval, span time.Duration) {
+	for _, sub := range subsOf {
+		s.traffic(wg, sub.EventTypes[0], interval, span)
+	}
+}
+
 // attemptsOf is every attempt on eps, by start.
 func attemptsOf(eps []*endpoint) []simAttempt {
 	var all []simAttempt
@@ -298,19 +309,10 @@ func TestSimHostWhosePathsAllHangOpensOneCircuit(t *testing.T) {
 			}
 			return reply{status: 200, latency: 50 * time.Millisecond}
 		}
-		const paths = 20
-		var eps []*endpoint
-		var subsOf []core.Subscription
-		for i := range paths {
-			ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), behave)
-			eps = append(eps, ep)
-			subsOf = append(subsOf, sub)
-		}
+		eps, subsOf := s.gatewayPaths(20, behave)
 		s.start()
 		var wg sync.WaitGroup
-		for i := range paths {
-			s.traffic(&wg, fmt.Sprintf("sim.p%d", i), 30*time.Second, 40*time.Minute)
-		}
+		s.gatewayTraffic(&wg, subsOf, 30*time.Second, 40*time.Minute)
 		time.Sleep(5 * time.Minute)
 		for _, sub := range subsOf {
 			h := s.d.Health(sub.Host, sub.ID)
