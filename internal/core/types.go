@@ -37,10 +37,39 @@ type Tenant struct {
 
 // APIKey is a tenant's credential. Only the SHA-256 of the key is stored.
 type APIKey struct {
-	ID        string
-	TenantID  string
-	Hash      string // hex SHA-256 of the plaintext key
-	CreatedAt time.Time
+	ID       string
+	TenantID string
+	Hash     string // hex SHA-256 of the plaintext key
+	Name     string // the owner's label; may be empty
+	// Prefix is the key's first characters ("hk_AbCd"), enough to tell keys
+	// apart in a list; empty for keys made before prefixes were kept.
+	Prefix     string
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero: never
+	RevokedAt  time.Time // zero: not revoked
+	LastUsedAt time.Time // zero: never used (written at most once a minute)
+}
+
+// Live reports whether the key may be used at now: not revoked, not expired.
+func (k APIKey) Live(now time.Time) bool {
+	return k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt))
+}
+
+// AuditEntry is one change recorded in the audit log: who made it, from
+// where, what it was and what it touched. Detail names what changed (field
+// names, states), never a secret, a header value or a key.
+type AuditEntry struct {
+	ID       string
+	At       time.Time
+	TenantID string // the tenant whose object changed
+	// Actor is "admin" (the admin token), the ID of the tenant key that
+	// acted, or "hookd" (a change hookd made on its own, e.g. a disable
+	// after a 410).
+	Actor      string
+	Action     string // e.g. subscription.update; see package audit
+	TargetID   string // the object changed: sub_…, key_…, dlv_…, a tenant ID
+	RemoteAddr string // the request's peer address; "" for hookd's own changes
+	Detail     []byte // a JSON object
 }
 
 type Subscription struct {

@@ -21,6 +21,13 @@ var (
 
 // Store is everything the API and the dispatcher need from storage. Every
 // method is safe for concurrent use. A tenantID of "" means any tenant (admin).
+//
+// The audit log: TenantCreate, APIKeyCreate, APIKeyRevoke,
+// SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
+// DeliveryReplay and ReplayJobCreate write the entry their context carries
+// (audit.Record) in the change's own transaction, with TenantID set to the
+// tenant of the row changed: no change commits without its entry, and a
+// change that fails writes none.
 type Store interface {
 	Close() error
 
@@ -29,8 +36,26 @@ type Store interface {
 	TenantCreate(ctx context.Context, t core.Tenant, key core.APIKey) error
 	// TenantGet: ErrNotFound if absent.
 	TenantGet(ctx context.Context, id string) (core.Tenant, error)
-	// APIKeyByHash finds a key by the hex SHA-256 of its plaintext. ErrNotFound if absent.
+	// APIKeyByHash finds a key by the hex SHA-256 of its plaintext, revoked
+	// and expired ones too (the caller checks Live). ErrNotFound if absent.
 	APIKeyByHash(ctx context.Context, hash string) (core.APIKey, error)
+	// APIKeyCreate inserts a key of an existing tenant. ErrNotFound if the
+	// tenant is absent; ErrConflict if the ID or the hash exists.
+	APIKeyCreate(ctx context.Context, key core.APIKey) error
+	// APIKeyList pages one tenant's keys, revoked and expired ones
+	// included, by ID ascending.
+	APIKeyList(ctx context.Context, p APIKeyListParams) (Page[core.APIKey], error)
+	// APIKeyRevoke marks a key revoked at now and returns it as written. On
+	// a store several nodes share it tells them at commit (DueKeyRevoked),
+	// so they stop accepting it. ErrNotFound if absent or another tenant's
+	// (tenantID "" any); ErrConflict if already revoked.
+	APIKeyRevoke(ctx context.Context, tenantID, id string, now time.Time) (core.APIKey, error)
+	// APIKeysTouch records when keys were last used (by key ID): each
+	// last_used_at becomes the later of its value and the time given.
+	// Unknown IDs are ignored.
+	APIKeysTouch(ctx context.Context, used map[string]time.Time) error
+	// AuditList pages audit entries newest first (by ID descending).
+	AuditList(ctx context.Context, p AuditListParams) (Page[core.AuditEntry], error)
 
 	// SubscriptionCreate inserts s. ErrConflict if the ID exists.
 	SubscriptionCreate(ctx context.Context, s core.Subscription) error
@@ -188,6 +213,20 @@ type SubscriptionListParams struct {
 	Limit    int
 }
 
+type APIKeyListParams struct {
+	TenantID string
+	Cursor   string
+	Limit    int
+}
+
+type AuditListParams struct {
+	TenantID     string    // "" for any
+	Action       string    // "" for any
+	Since, Until time.Time // on At: Since <= t < Until; zero: unbounded
+	Cursor       string
+	Limit        int
+}
+
 type DeliveryListParams struct {
 	TenantID       string // "" for any
 	SubscriptionID string
@@ -292,7 +331,9 @@ type Circuit struct {
 //   - a subscription created, updated or deleted: DueSubscription, for
 //     every node's in-memory registry;
 //   - a node joining, giving shards back or leaving (ShardLeases,
-//     ShardRelease): DueLeases, so the others rebalance at once.
+//     ShardRelease): DueLeases, so the others rebalance at once;
+//   - an API key revoked (APIKeyRevoke): DueKeyRevoked, so every node
+//     stops accepting it.
 type Notifier interface {
 	// Listen calls fn for each notification from another Store instance
 	// (not this one: its own writes are handed off in-process) until ctx
@@ -324,6 +365,7 @@ type Due struct {
 	Kind           DueKind
 	SubscriptionID string // DueDeliveries, DueSubscription
 	Shard          int    // DueDeliveries
+	KeyID          string // DueKeyRevoked
 }
 
 type DueKind uint8
@@ -333,6 +375,7 @@ const (
 	DueSubscription                // SubscriptionID was created, changed or deleted
 	DueLeases                      // shard shares changed: lease again now
 	DueResumed                     // Listen (re)started: earlier notifications may be lost
+	DueKeyRevoked                  // API key KeyID was revoked
 )
 
 // PageLimit applies the page size rules: 50 by default, at most 100.

@@ -107,6 +107,9 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 		if err != nil {
 			return err
 		}
+		if err := writeAudit(ctx, tx, d.TenantID); err != nil {
+			return err
+		}
 		return s.notify(ctx, tx, store.Due{SubscriptionID: d.SubscriptionID, Shard: d.Shard})
 	})
 	if err != nil {

@@ -16,7 +16,8 @@ import (
 // A notification's payload is "<token> <what>": the token names the Store
 // instance that wrote it, so Listen can skip its own. <what> is
 // "<shard> <subscription ID>" for due deliveries, "sub <subscription ID>"
-// for a subscription change and "leases" for a change of shard shares.
+// for a subscription change, "leases" for a change of shard shares and
+// "key <key ID>" for a revoked API key.
 func (s *Store) payloads(ds []store.Due) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
@@ -25,6 +26,8 @@ func (s *Store) payloads(ds []store.Due) []string {
 			out[i] = s.token + " sub " + d.SubscriptionID
 		case store.DueLeases:
 			out[i] = s.token + " leases"
+		case store.DueKeyRevoked:
+			out[i] = s.token + " key " + d.KeyID
 		default:
 			out[i] = s.token + " " + strconv.Itoa(d.Shard) + " " + d.SubscriptionID
 		}
@@ -61,6 +64,9 @@ func (s *Store) parse(payload string) (store.Due, bool) {
 	}
 	if sub, ok := strings.CutPrefix(rest, "sub "); ok && sub != "" {
 		return store.Due{Kind: store.DueSubscription, SubscriptionID: sub}, true
+	}
+	if key, ok := strings.CutPrefix(rest, "key "); ok && key != "" {
+		return store.Due{Kind: store.DueKeyRevoked, KeyID: key}, true
 	}
 	shard, sub, ok := strings.Cut(rest, " ")
 	n, err := strconv.Atoi(shard)

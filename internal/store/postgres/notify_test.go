@@ -211,6 +211,17 @@ func TestNotifySubscriptionAndLeaseChanges(t *testing.T) {
 	if d := lb.nextOther(t); d != changed(x.ID) {
 		t.Fatalf("after delete: %+v", d)
 	}
+	// A revoked key is told to every node, which stops accepting it.
+	key := core.APIKey{ID: core.NewID("key"), TenantID: core.DefaultTenant, Hash: "revoked-key-hash", CreatedAt: time.Now()}
+	if err := a.APIKeyCreate(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.APIKeyRevoke(ctx, "", key.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if d := lb.nextOther(t); d != (store.Due{Kind: store.DueKeyRevoked, KeyID: key.ID}) {
+		t.Fatalf("after revoking a key: %+v", d)
+	}
 
 	// A node joining tells; renewing an unchanged share does not (the
 	// marker subscription comes next); leaving tells.

@@ -28,10 +28,15 @@ func scanReplayJob(row pgx.Row) (core.ReplayJob, error) {
 }
 
 func (s *Store) ReplayJobCreate(ctx context.Context, j core.ReplayJob) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, 'running', 0, '', $7, $8)`,
-		j.ID, j.TenantID, j.SubscriptionID, j.Since, ts(j.Until), orEmpty(j.EventTypes), j.CreatedAt, j.UpdatedAt)
-	return mapErr(err)
+			j.ID, j.TenantID, j.SubscriptionID, j.Since, ts(j.Until), orEmpty(j.EventTypes), j.CreatedAt, j.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, j.TenantID)
+	}))
 }
 
 func (s *Store) ReplayJobGet(ctx context.Context, tenantID, id string) (core.ReplayJob, error) {

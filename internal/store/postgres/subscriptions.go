@@ -66,7 +66,10 @@ func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) e
 			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
 			string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt)
 		s.queueNotify(b, []store.Due{changed(sub.ID)})
-		return tx.SendBatch(ctx, b).Close()
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, sub.TenantID)
 	}))
 }
 
@@ -122,12 +125,15 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		// "did the host or state change" decisions below hold. NO KEY: rows
 		// referencing it need not wait for their foreign key checks; ingest
 		// and this wait for each other through ingest's FOR SHARE (lockSubsSQL).
-		var oldHost string
+		var oldHost, tenant string
 		var oldState core.SubscriptionState
-		err := tx.QueryRow(ctx, `SELECT host, state FROM subscriptions
+		err := tx.QueryRow(ctx, `SELECT host, state, tenant_id FROM subscriptions
 			WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL FOR NO KEY UPDATE`,
-			sub.ID, sub.TenantID).Scan(&oldHost, &oldState)
+			sub.ID, sub.TenantID).Scan(&oldHost, &oldState, &tenant)
 		if err != nil {
+			return err
+		}
+		if err := writeAudit(ctx, tx, tenant); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET url = $2, host = $3, event_types = $4,
@@ -167,9 +173,14 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
 	err := mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE subscriptions SET deleted_at = $1, updated_at = $1
-			WHERE id = $2 AND ($3 = '' OR tenant_id = $3) AND deleted_at IS NULL`, now, id, tenantID)
-		if err := mustAffect(tag, err); err != nil {
+		var tenant string
+		err := tx.QueryRow(ctx, `UPDATE subscriptions SET deleted_at = $1, updated_at = $1
+			WHERE id = $2 AND ($3 = '' OR tenant_id = $3) AND deleted_at IS NULL RETURNING tenant_id`,
+			now, id, tenantID).Scan(&tenant)
+		if err != nil {
+			return err
+		}
+		if err := writeAudit(ctx, tx, tenant); err != nil {
 			return err
 		}
 		return s.notify(ctx, tx, changed(id))

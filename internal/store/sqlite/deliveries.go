@@ -107,7 +107,10 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 			SET state = 'pending', round_start = attempt_count, round_started_at = ?, next_attempt_at = ?,
 			updated_at = ?, host = ?, shard = ?
 			WHERE id = ? RETURNING `+deliveryColumns, ns(now), ns(now), ns(now), host, core.ShardOf(host), id))
-		return err
+		if err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, d.TenantID)
 	})
 	if err != nil {
 		return core.Delivery{}, mapErr(err)

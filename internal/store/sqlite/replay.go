@@ -43,7 +43,10 @@ func (s *Store) ReplayJobCreate(ctx context.Context, j core.ReplayJob) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, 'running', 0, '', ?, ?)`,
 			j.ID, j.TenantID, j.SubscriptionID, ns(j.Since), ns(j.Until), string(b), ns(j.CreatedAt), ns(j.UpdatedAt))
-		return err
+		if err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, j.TenantID)
 	}))
 }
 

@@ -90,12 +90,17 @@ func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) e
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO subscriptions (`+subColumns+`)
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (`+subColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, sub.Secret, sub.PrevSecret, r.prevExp,
-		r.ordered, r.schedule, r.timeout, sub.MaxConcurrency, sub.RateLimit, r.codes,
-		string(sub.State), sub.DisabledReason, r.c, r.u)
-	return mapErr(err)
+			sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, sub.Secret, sub.PrevSecret, r.prevExp,
+			r.ordered, r.schedule, r.timeout, sub.MaxConcurrency, sub.RateLimit, r.codes,
+			string(sub.State), sub.DisabledReason, r.c, r.u)
+		if err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, sub.TenantID)
+	}))
 }
 
 func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error) {
@@ -149,11 +154,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 	if err != nil {
 		return err
 	}
-	var oldHost string
+	var oldHost, tenant string
 	err = mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT host FROM subscriptions
+		err := tx.QueryRowContext(ctx, `SELECT host, tenant_id FROM subscriptions
 			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`,
-			sub.ID, sub.TenantID, sub.TenantID).Scan(&oldHost)
+			sub.ID, sub.TenantID, sub.TenantID).Scan(&oldHost, &tenant)
 		if err != nil {
 			return err
 		}
@@ -168,7 +173,7 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		if err := mustAffect(res, err); err != nil {
 			return err
 		}
-		return nil
+		return writeAudit(ctx, tx, tenant)
 	}))
 	switch {
 	case err != nil:
@@ -183,10 +188,14 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
 	err := mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE subscriptions SET deleted_at = ?, updated_at = ?
-			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`,
-			ns(now), ns(now), id, tenantID, tenantID)
-		return mustAffect(res, err)
+		var tenant string
+		err := tx.QueryRowContext(ctx, `UPDATE subscriptions SET deleted_at = ?, updated_at = ?
+			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL RETURNING tenant_id`,
+			ns(now), ns(now), id, tenantID, tenantID).Scan(&tenant)
+		if err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, tenant)
 	}))
 	if err != nil {
 		return err

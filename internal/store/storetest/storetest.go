@@ -30,6 +30,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		fn   func(t *testing.T, s store.Store)
 	}{
 		{"Tenants", testTenants},
+		{"APIKeys", testAPIKeys},
+		{"AuditInTransaction", testAuditInTransaction},
+		{"AuditList", testAuditList},
 		{"SubscriptionCRUD", testSubscriptionCRUD},
 		{"SubscriptionRoundTrip", testSubscriptionRoundTrip},
 		{"SubscriptionListPaging", testSubscriptionListPaging},
