@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -32,6 +33,9 @@ var v1Routes = []string{
 	"GET /v1/replays/{id}",
 	"GET /v1/deliveries/{id}",
 	"POST /v1/deliveries/{id}/replay",
+	"POST /v1/tenants/{id}/keys",
+	"GET /v1/tenants/{id}/keys",
+	"DELETE /v1/tenants/{id}/keys/{key_id}",
 }
 
 // otherRoutes are the unauthenticated routes outside /v1, also documented.
@@ -42,13 +46,37 @@ var otherRoutes = []string{
 	"GET /metrics",
 }
 
+// pathParam matches a {name} wildcard in a route pattern.
+var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// Every pattern New registers is listed above, so it is checked against
+// the OpenAPI document, which the end-to-end table test in internal/app
+// walks to call every route without a key and with another tenant's.
+// A route registered without being listed (and so without that check)
+// fails here.
+func TestEveryRegisteredRouteIsListed(t *testing.T) {
+	s := New(Config{Metrics: metrics.New()})
+	listed := map[string]bool{"/v1/": true} // the catch-all: 404 or 405
+	for _, r := range append(append([]string{}, v1Routes...), otherRoutes...) {
+		listed[r] = true
+	}
+	for _, p := range s.mux.patterns {
+		if !listed[p] {
+			t.Errorf("New registers %q, which is not in v1Routes or otherRoutes (nor, so, checked against openapi.json)", p)
+		}
+	}
+	if len(s.mux.patterns) != len(listed) {
+		t.Errorf("New registers %d patterns, %d are listed: %v", len(s.mux.patterns), len(listed), s.mux.patterns)
+	}
+}
+
 var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 func TestRoutesAreServed(t *testing.T) {
 	s := New(Config{Metrics: metrics.New()})
 	for _, pattern := range append(append([]string{}, v1Routes...), otherRoutes...) {
 		method, path, _ := strings.Cut(pattern, " ")
-		req := httptest.NewRequest(method, strings.ReplaceAll(path, "{id}", "x"), nil)
+		req := httptest.NewRequest(method, pathParam.ReplaceAllString(path, "x"), nil)
 		if _, got := s.mux.Handler(req); got != pattern {
 			t.Errorf("%s %s is served by pattern %q, want %q", req.Method, req.URL.Path, got, pattern)
 		}

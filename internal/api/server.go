@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
@@ -59,26 +60,31 @@ type Config struct {
 	Shed interface {
 		Shedding(subID string) (time.Time, bool)
 	}
+	// Keys checks tenant keys (nil: New makes one on Store). The node
+	// shares it with its cluster, which forgets keys other nodes revoke.
+	Keys *KeyCache
 }
 
 type Server struct {
 	Config
 	log *slog.Logger
-	mux *http.ServeMux
-	// Tenants and API keys are never deleted, so a lookup that succeeded
-	// once holds: these caches take two reads off every event's path.
-	// Deleting or revoking either must invalidate them.
+	mux *routeMux
+	// Tenants are never deleted, so a lookup that succeeded once holds:
+	// this cache takes a read off every event's path. Deleting a tenant
+	// must invalidate it. (Keys are cached by Config.Keys.)
 	tenants sync.Map // tenant ID → true
-	keys    sync.Map // key hash → tenant ID
 }
 
 //go:embed openapi.json
 var openAPI []byte
 
 func New(cfg Config) *Server {
-	s := &Server{Config: cfg, log: cfg.Log, mux: http.NewServeMux()}
+	s := &Server{Config: cfg, log: cfg.Log, mux: &routeMux{ServeMux: http.NewServeMux()}}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.Keys == nil {
+		s.Keys = NewKeyCache(cfg.Store, s.log)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -107,6 +113,9 @@ func New(cfg Config) *Server {
 	s.route("GET /v1/replays/{id}", s.getReplay)
 	s.route("GET /v1/deliveries/{id}", s.getDelivery)
 	s.route("POST /v1/deliveries/{id}/replay", s.replayDelivery)
+	s.route("POST /v1/tenants/{id}/keys", s.createKey)
+	s.route("GET /v1/tenants/{id}/keys", s.listKeys)
+	s.route("DELETE /v1/tenants/{id}/keys/{key_id}", s.revokeKey)
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
@@ -149,6 +158,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 type principal struct {
 	admin    bool
 	tenantID string
+	keyID    string
+}
+
+// actor names the principal in the audit log.
+func (p principal) actor() string {
+	if p.admin {
+		return audit.ActorAdmin
+	}
+	return p.keyID
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, p principal) error
@@ -162,6 +180,9 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
+			// The peer address as the connection has it: X-Forwarded-For
+			// is anyone's to write, so it is not trusted.
+			r = r.WithContext(audit.WithActor(r.Context(), audit.Actor{ID: p.actor(), Addr: r.RemoteAddr}))
 			err = h(w, r, p)
 		}
 		if err != nil {
@@ -181,19 +202,14 @@ func (s *Server) authenticate(ctx context.Context, header string) (principal, er
 	if s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) == 1 {
 		return principal{admin: true}, nil
 	}
-	hash := HashKey(token)
-	if tenant, ok := s.keys.Load(hash); ok {
-		return principal{tenantID: tenant.(string)}, nil
-	}
-	key, err := s.Store.APIKeyByHash(ctx, hash)
-	if err == store.ErrNotFound {
-		return principal{}, errUnauthorized
-	}
+	key, ok, err := s.Keys.Lookup(ctx, HashKey(token))
 	if err != nil {
 		return principal{}, err
 	}
-	s.keys.Store(hash, key.TenantID)
-	return principal{tenantID: key.TenantID}, nil
+	if !ok { // unknown, revoked or expired
+		return principal{}, errUnauthorized
+	}
+	return principal{tenantID: key.TenantID, keyID: key.ID}, nil
 }
 
 // HashKey is how API keys are stored: only their SHA-256.

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 )
 
@@ -38,9 +39,9 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principa
 	}
 	key := NewAPIKey()
 	now := time.Now().UTC()
-	err := s.Store.TenantCreate(r.Context(),
-		core.Tenant{ID: req.ID, Name: req.Name, CreatedAt: now},
-		core.APIKey{ID: core.NewID("key"), TenantID: req.ID, Hash: HashKey(key), CreatedAt: now})
+	k := core.APIKey{ID: core.NewID("key"), TenantID: req.ID, Hash: HashKey(key), Prefix: key[:keyPrefixLen], CreatedAt: now}
+	ctx := audit.Record(r.Context(), audit.TenantCreate, req.ID, map[string]any{"name": req.Name, "key_id": k.ID})
+	err := s.Store.TenantCreate(ctx, core.Tenant{ID: req.ID, Name: req.Name, CreatedAt: now}, k)
 	if err != nil {
 		return err
 	}

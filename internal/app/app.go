@@ -62,6 +62,7 @@ type App struct {
 	purger   *retention.Purger // nil when everything is kept
 	shed     *shed.Shedder
 	cluster  *cluster // nil on a store one node holds (SQLite)
+	keys     *api.KeyCache
 	http     *http.Server
 	metrics  *metrics.Metrics
 	stopping atomic.Bool
@@ -121,8 +122,10 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		st.Close()
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
 	}
+	a.keys = api.NewKeyCache(st, cfg.Log)
+	a.keys.Start()
 	if shared {
-		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log)
+		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log, a.keys)
 	}
 	shedCfg := cfg.Shed
 	shedCfg.Log = cfg.Log
@@ -140,7 +143,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
-		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed,
+		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed, Keys: a.keys,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")
@@ -175,6 +178,7 @@ func (a *App) Handler() http.Handler { return a.http.Handler }
 func (a *App) Shutdown(ctx context.Context) error {
 	a.stopping.Store(true)
 	herr := a.http.Shutdown(ctx)
+	kerr := a.keys.Stop(ctx)
 	a.ingest.Close()
 	a.shed.Stop()
 	a.replays.Stop()
@@ -186,5 +190,5 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	a.dispatch.Stop(ctx)
 	serr := a.store.Close()
-	return errors.Join(herr, serr)
+	return errors.Join(herr, kerr, serr)
 }

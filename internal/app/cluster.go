@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"hookd/internal/api"
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
 	"hookd/internal/store"
@@ -34,6 +35,11 @@ type cluster struct {
 	reg      *subs.Registry
 	dispatch *dispatch.Dispatcher
 	log      *slog.Logger
+	// keys forgets API keys other nodes revoked, so this node refuses them.
+	keys interface {
+		Forget(keyID string)
+		ForgetAll()
+	}
 
 	reload chan struct{}
 	mu     sync.Mutex
@@ -45,8 +51,8 @@ type cluster struct {
 	wg     sync.WaitGroup
 }
 
-func startCluster(st store.Store, svc *subs.Service, d *dispatch.Dispatcher, log *slog.Logger) *cluster {
-	c := &cluster{subs: svc, reg: svc.Registry(), dispatch: d, log: log,
+func startCluster(st store.Store, svc *subs.Service, d *dispatch.Dispatcher, log *slog.Logger, keys *api.KeyCache) *cluster {
+	c := &cluster{subs: svc, reg: svc.Registry(), dispatch: d, log: log, keys: keys,
 		reload: make(chan struct{}, 1), waiting: map[string]bool{}}
 	c.notifier, _ = st.(store.Notifier)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,8 +85,11 @@ func (c *cluster) heard(d store.Due) {
 		c.kickReload()
 	case store.DueLeases:
 		c.dispatch.Rebalance()
+	case store.DueKeyRevoked:
+		c.keys.Forget(d.KeyID)
 	case store.DueResumed:
 		// Whatever was sent while not listening is lost: catch up.
+		c.keys.ForgetAll()
 		c.kickReload()
 		c.dispatch.Rebalance()
 		c.dispatch.Resync()
