@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/store"
 )
@@ -122,7 +123,8 @@ func parseTime(q map[string][]string, name string) (time.Time, error) {
 // replayDelivery sends a delivery again: same webhook-id, signed afresh,
 // through its subscription's queue and admission like any other.
 func (s *Server) replayDelivery(w http.ResponseWriter, r *http.Request, p principal) error {
-	d, err := s.Store.DeliveryReplay(r.Context(), p.scope(), r.PathValue("id"), time.Now().UTC())
+	id := r.PathValue("id")
+	d, err := s.Store.DeliveryReplay(audit.Record(r.Context(), audit.ReplayDelivery, id, nil), p.scope(), id, time.Now().UTC())
 	if errors.Is(err, store.ErrConflict) {
 		return &apiError{Status: http.StatusConflict, Code: "conflict",
 			Message: "delivery is already pending, or its subscription was deleted"}

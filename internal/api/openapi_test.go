@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"hookd/internal/audit"
 	"hookd/internal/metrics"
 )
 
@@ -36,6 +38,7 @@ var v1Routes = []string{
 	"POST /v1/tenants/{id}/keys",
 	"GET /v1/tenants/{id}/keys",
 	"DELETE /v1/tenants/{id}/keys/{key_id}",
+	"GET /v1/audit",
 }
 
 // otherRoutes are the unauthenticated routes outside /v1, also documented.
@@ -226,5 +229,28 @@ func TestWrongMethodAnswers405(t *testing.T) {
 		if want := map[int]string{405: "method_not_allowed", 404: "not_found"}[c.status]; body.Error.Code != want {
 			t.Errorf("%s %s: code %q, want %q", c.method, c.path, body.Error.Code, want)
 		}
+	}
+}
+
+// The audit actions documented are exactly those hookd writes.
+func TestOpenAPIAuditActions(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				AuditEntry struct {
+					Properties struct {
+						Action struct {
+							Enum []string `json:"enum"`
+						} `json:"action"`
+					} `json:"properties"`
+				} `json:"AuditEntry"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if got := doc.Components.Schemas.AuditEntry.Properties.Action.Enum; !slices.Equal(got, audit.Actions) {
+		t.Errorf("openapi.json AuditEntry.action enum %v, want %v", got, audit.Actions)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 )
 
@@ -78,7 +79,11 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	if j.EventTypes == nil {
 		j.EventTypes = []string{}
 	}
-	if err := s.Store.ReplayJobCreate(r.Context(), j); err != nil {
+	detail := map[string]any{"job_id": j.ID, "since": j.Since, "event_types": j.EventTypes}
+	if !j.Until.IsZero() {
+		detail["until"] = j.Until
+	}
+	if err := s.Store.ReplayJobCreate(audit.Record(r.Context(), audit.ReplaySubscription, sub.ID, detail), j); err != nil {
 		return err
 	}
 	if s.Replays != nil {

@@ -116,6 +116,7 @@ func New(cfg Config) *Server {
 	s.route("POST /v1/tenants/{id}/keys", s.createKey)
 	s.route("GET /v1/tenants/{id}/keys", s.listKeys)
 	s.route("DELETE /v1/tenants/{id}/keys/{key_id}", s.revokeKey)
+	s.route("GET /v1/audit", s.listAudit)
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))

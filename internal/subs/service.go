@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/webhook"
@@ -27,6 +28,10 @@ const writeTimeout = 30 * time.Second
 // Changes to one subscription on this node take turns: a lock per ID, held
 // across the store call. Never one lock for all: a disable can take minutes
 // while the store skips a large backlog.
+//
+// Every change is audited here, the one place that knows what changed: the
+// entry (actor and address from ctx, see audit.WithActor; hookd itself
+// when none) goes to the store with the change and commits with it.
 type Service struct {
 	store store.Store
 	reg   *Registry
@@ -57,6 +62,7 @@ func (v *Service) Create(ctx context.Context, s core.Subscription) error {
 	defer unlock()
 	wctx, cancel := detach(ctx)
 	defer cancel()
+	wctx = audit.Record(wctx, audit.SubscriptionCreate, s.ID, map[string]any{"host": s.Host, "event_types": s.EventTypes})
 	if err := v.store.SubscriptionCreate(wctx, s); err != nil {
 		return fmt.Errorf("creating subscription: %w", err)
 	}
@@ -72,6 +78,12 @@ func (v *Service) Create(ctx context.Context, s core.Subscription) error {
 // nothing is written. store.ErrNotFound if absent, deleted or another
 // tenant's.
 func (v *Service) Update(ctx context.Context, tenantID, id string, mutate func(*core.Subscription) error) (core.Subscription, error) {
+	return v.update(ctx, tenantID, id, "", mutate)
+}
+
+// update is Update, audited as action ("": by the change of state, see
+// updateAction).
+func (v *Service) update(ctx context.Context, tenantID, id, action string, mutate func(*core.Subscription) error) (core.Subscription, error) {
 	unlock, err := v.locks.lock(ctx, id)
 	if err != nil {
 		return core.Subscription{}, err
@@ -94,6 +106,10 @@ func (v *Service) Update(ctx context.Context, tenantID, id string, mutate func(*
 	}
 	wctx, cancel := detach(ctx)
 	defer cancel()
+	if action == "" {
+		action = updateAction(cur.State, next.State)
+	}
+	wctx = audit.Record(wctx, action, id, updateDetail(cur, next))
 	if err := v.store.SubscriptionUpdate(wctx, next); err != nil {
 		return core.Subscription{}, fmt.Errorf("updating subscription: %w", err)
 	}
@@ -136,6 +152,7 @@ func (v *Service) Delete(ctx context.Context, tenantID, id string) error {
 	defer unlock()
 	wctx, cancel := detach(ctx)
 	defer cancel()
+	wctx = audit.Record(wctx, audit.SubscriptionDelete, id, nil)
 	if err := v.store.SubscriptionDelete(wctx, tenantID, id, time.Now().UTC()); err != nil {
 		return fmt.Errorf("deleting subscription: %w", err)
 	}
@@ -148,7 +165,7 @@ func (v *Service) Delete(ctx context.Context, tenantID, id string) error {
 // delivery. It returns the subscription as written (Secret is the new
 // one). Errors as Update's.
 func (v *Service) Rotate(ctx context.Context, tenantID, id string) (core.Subscription, error) {
-	return v.Update(ctx, tenantID, id, func(s *core.Subscription) error {
+	return v.update(ctx, tenantID, id, audit.SubscriptionRotateSecret, func(s *core.Subscription) error {
 		secret, err := webhook.NewSecret()
 		if err != nil {
 			return fmt.Errorf("new secret: %w", err)
@@ -173,6 +190,34 @@ func (v *Service) Reload(ctx context.Context) error {
 	}
 	v.reg.ReplaceAll(list, since)
 	return nil
+}
+
+// updateAction names a change by what it did to the state: pause, resume
+// (to active), disable, or a plain update when the state stayed.
+func updateAction(from, to core.SubscriptionState) string {
+	switch {
+	case from == to:
+		return audit.SubscriptionUpdate
+	case to == core.SubPaused:
+		return audit.SubscriptionPause
+	case to == core.SubDisabled:
+		return audit.SubscriptionDisable
+	}
+	return audit.SubscriptionResume
+}
+
+// updateDetail says what a change changed: field names (never their
+// values: a URL's path or a secret may be a credential), the state moved
+// and why it was disabled.
+func updateDetail(cur, next core.Subscription) map[string]any {
+	d := map[string]any{"changed": audit.Changed(cur, next, "UpdatedAt")}
+	if cur.State != next.State {
+		d["state"] = map[string]any{"from": cur.State, "to": next.State}
+	}
+	if next.State == core.SubDisabled && next.DisabledReason != "" {
+		d["disabled_reason"] = next.DisabledReason
+	}
+	return d
 }
 
 // detach gives a write that outlives its caller, within writeTimeout.
