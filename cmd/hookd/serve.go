@@ -26,7 +26,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("serve", "serve [flags]", stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "address the API listens on")
 	db := fs.String("db", "./hookd.db", "SQLite file path, or postgres:// URL of a database several nodes share (search_path=SCHEMA selects a schema)")
-	adminToken := fs.String("admin-token", "", "bearer token with access to every tenant (generated and printed at start if empty)")
+	adminTokenFlag := fs.String("admin-token", "", "bearer token with access to every tenant (generated and printed at start if empty and no --admin-token-file); on the command line other users see it in ps: prefer the file or HOOKD_ADMIN_TOKEN")
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin token (surrounding whitespace trimmed), instead of --admin-token")
 	var allow listFlag
 	fs.Var(&allow, "allow-network", "CIDR that deliveries may reach despite the SSRF guard, e.g. 127.0.0.0/8 for local development (repeatable)")
 	hostConc := fs.Int("host-concurrency", 10, "in-flight attempts allowed per destination host (host:port), shared fairly among the endpoints active on it")
@@ -71,13 +72,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *shedAt < 0 {
 		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
 	}
-	if *adminToken == "" {
-		*adminToken = api.NewToken("adm_")
-		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
+	token, err := adminToken(fs, *adminTokenFlag, *adminTokenFile, log)
+	if err != nil {
+		return err
+	}
+	if token == "" {
+		token = api.NewToken("adm_")
+		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token-file or HOOKD_ADMIN_TOKEN to keep one): %s\n", token)
 	}
 
 	a, err := app.Open(ctx, app.Config{
-		DB: *db, AdminToken: *adminToken, AllowNetworks: prefixes,
+		DB: *db, AdminToken: token, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
 		Shed: shed.Config{Threshold: *shedAt},
