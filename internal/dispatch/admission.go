@@ -23,7 +23,8 @@ const (
 	hostPauseWindow    = time.Minute // two endpoints told to wait within this pause their host
 	rampStart          = 0.10        // share of the destination's rate admitted when it recovers
 	rampDuration       = 5 * time.Minute
-	rampHealthyRatio   = 0.9 // the ramp advances only while this share of attempts succeed
+	rampHealthyRatio   = 0.9 // the ramp advances at full speed while this share of attempts succeed
+	rampSlow           = 3   // and this many times slower otherwise
 	rampLookback       = 10 * time.Second
 	backlogFloor       = 0.2 // share of a lane's starts kept for its oldest work
 	aimdCut            = 0.5 // a 429 halves the endpoint's rate
@@ -212,6 +213,10 @@ type bucket struct {
 	head int
 }
 
+// tokenSlack forgives floating-point sums a hair short of a whole token: a
+// wait computed from one rounds up to a nanosecond, again and again.
+const tokenSlack = 1e-9
+
 // catchUp is how much lateness of the dispatcher's wake-ups a bucket makes
 // up for, as a burst of at most rate×catchUp sends (still within the
 // window's rate).
@@ -250,7 +255,7 @@ func (k *bucket) ready(now time.Time, rate float64) bool {
 		return true
 	}
 	k.refill(now, rate)
-	return k.tokens >= 1 && k.windowFree(now).IsZero()
+	return k.tokens >= 1-tokenSlack && k.windowFree(now).IsZero()
 }
 
 // prune forgets sends older than the window.
@@ -309,7 +314,7 @@ func (k *bucket) nextToken(now time.Time) time.Time {
 		return now
 	}
 	at := now
-	if k.tokens < 1 {
+	if k.tokens < 1-tokenSlack {
 		// Rounded up: a wait that rounds to 0 ns would find the token short again.
 		at = now.Add(time.Duration(math.Ceil((1 - k.tokens) / k.rate * float64(time.Second))))
 	}
@@ -349,6 +354,14 @@ func (a *aimd) current(now time.Time) float64 {
 	return a.rate
 }
 
+// liftAt is when a cut grows back to its ceiling and lifts; zero with none.
+func (a *aimd) liftAt() time.Time {
+	if a.rate == 0 {
+		return time.Time{}
+	}
+	return a.last.Add(time.Duration((a.ceiling - a.rate) / (a.ceiling * aimdRecoverPerSec) * float64(time.Second)))
+}
+
 // limiting reports whether a cut is still in force at now, as current
 // would find it, without moving the state.
 func (a *aimd) limiting(now time.Time) bool {
@@ -356,8 +369,10 @@ func (a *aimd) limiting(now time.Time) bool {
 }
 
 // ramp is the slow start after a breaker closes: the share of the
-// endpoint's (or the host's) concurrency and rate admitted, from 10 % to 100 % over five
-// minutes, advancing only while attempts succeed.
+// endpoint's (or the host's) concurrency and rate admitted, from 10 % to
+// 100 % over five minutes while attempts succeed, three times slower while
+// more than a tenth fail, so it always ends (within 15 minutes): judging a
+// failing endpoint is its breaker's work, not the ramp's.
 type ramp struct {
 	level float64 // 0 or 1: no ramp
 	last  time.Time
@@ -369,13 +384,24 @@ func (r *ramp) factor(now time.Time, healthy bool) float64 {
 	if r.level == 0 || r.level >= 1 {
 		return 1
 	}
-	if healthy {
-		r.level += (1 - rampStart) * now.Sub(r.last).Seconds() / rampDuration.Seconds()
+	step := (1 - rampStart) * now.Sub(r.last).Seconds() / rampDuration.Seconds()
+	if !healthy {
+		step /= rampSlow
 	}
+	r.level += step
 	r.last = now
 	if r.level >= 1 {
 		r.level = 0
 		return 1
 	}
 	return r.level
+}
+
+// staleAt is when a ramp nobody has looked at (its owner idle) is
+// forgotten; zero with no ramp.
+func (r *ramp) staleAt() time.Time {
+	if r.level == 0 {
+		return time.Time{}
+	}
+	return r.last.Add(rampDuration)
 }

@@ -36,9 +36,9 @@ func (d *Dispatcher) stepLocked(h *host, now time.Time) {
 		d.disownLocked(h)
 		return
 	}
+	hostCap := d.capOf(h, now)
+	share := h.share(hostCap, now) // starting changes no lane's activity: work was queued
 	if d.mayStartLocked(now) {
-		hostCap := d.capOf(h, now)
-		share := h.share(hostCap, now) // starting changes no lane's activity: work was queued
 		for h.admits(hostCap, now) {
 			l, sub := d.pickLocked(h, share, now)
 			if l == nil {
@@ -58,7 +58,7 @@ func (d *Dispatcher) stepLocked(h *host, now time.Time) {
 			go d.refill(h, l, now)
 		}
 	}
-	d.scheduleLocked(h, d.nextWake(h, now), now)
+	d.scheduleLocked(h, d.nextWake(h, hostCap, share, now), now)
 	d.forgetIdleLocked(h, now)
 }
 
@@ -182,9 +182,13 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		if h.cause == byConnections {
 			ok = !out.Conn && out.StatusCode != 0
 		}
+		wasFailing := l.failing(now) // before this outcome is added below
 		if h.breaker.probed(now, ok) {
 			h.outcomes = window{} // a fresh start: old failures do not reopen it
 			h.ramp.start(now)
+			if h.cause == byEndpoints {
+				h.settleEndpoints(l, wasFailing, now)
+			}
 		}
 	case h.breaker.state != closed:
 	case out.Conn && h.outcomes.tripping(now, connections):

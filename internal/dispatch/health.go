@@ -36,6 +36,14 @@ func (s *subHealth) add(now time.Time, out send.Outcome) {
 	s.n++
 }
 
+// latest is when the newest outcome was recorded.
+func (s *subHealth) latest() time.Time {
+	if s.n == 0 {
+		return time.Time{}
+	}
+	return s.ring[(s.n-1)%healthRing].at
+}
+
 // Health is what the dispatcher knows of a subscription right now.
 type Health struct {
 	// Circuit is what holds the endpoint back: its own circuit, or its
@@ -245,6 +253,9 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 	var sent []published
 	seen := map[string]bool{}
 	consider := func(key, host string, b *breaker, pause time.Time) {
+		if seen[key] {
+			return
+		}
 		seen[key] = true
 		held := b.state != closed || pause.After(now)
 		was, ok := d.published[key]
@@ -270,6 +281,11 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 		}
 		consider(name, name, &h.breaker, h.pauseUntil)
 		for id, l := range h.lanes {
+			// A subscription that moved keeps a lane at its old host while
+			// an attempt there finishes: its current host's lane speaks for it.
+			if sub, ok := d.cfg.Subs.Get(id); ok && sub.Host != name {
+				continue
+			}
 			consider(id, name, &l.breaker, l.pauseUntil)
 		}
 	}

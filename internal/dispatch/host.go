@@ -39,14 +39,15 @@ const (
 )
 
 type ask struct {
-	sub string
-	at  time.Time
+	endpoint string
+	at       time.Time
 }
 
 // lane is one endpoint (a subscription) at its host: its queued work and
 // everything that judges it alone.
 type lane struct {
 	subID string
+	url   string // the endpoint, once its subscription was read: one URL may have several subscriptions
 	// fresh holds deliveries handed over at ingest; backlog holds due
 	// deliveries fetched from the store, oldest first.
 	fresh, backlog []*core.Job // pointers: a Job is ~450 bytes, copied per queue step
@@ -116,8 +117,30 @@ func (l *lane) queued() int { return len(l.fresh) + len(l.backlog) }
 // activeWindow. Its host's cap is shared among its active lanes; a lane
 // counted only while it has work would let a hanging one grab a slot
 // whenever the others are momentarily idle.
+// A lane its own circuit or pause holds is not active: it cannot use a
+// share, and counting it would shrink its neighbours'.
 func (l *lane) active(now time.Time) bool {
-	return l.queued() > 0 || l.inflight > 0 || (!l.lastStart.IsZero() && now.Sub(l.lastStart) < activeWindow)
+	if l.inflight > 0 {
+		return true
+	}
+	if l.held(now) {
+		return false
+	}
+	return l.queued() > 0 || (!l.lastStart.IsZero() && now.Sub(l.lastStart) < activeWindow)
+}
+
+// held: the endpoint's own Retry-After or open circuit stops it now.
+func (l *lane) held(now time.Time) bool {
+	return now.Before(l.pauseUntil) || (l.breaker.state == open && now.Before(l.breaker.retryAt))
+}
+
+// endpoint is what the host's rules count as one endpoint: the URL, so one
+// URL subscribed several times (a type each) is one handler, not several.
+func (l *lane) endpoint() string {
+	if l.url != "" {
+		return l.url
+	}
+	return l.subID
 }
 
 // failing: the endpoint's circuit is not closed, or its last attempt
@@ -283,14 +306,17 @@ func (l *lane) admits(limit int, rate float64, now time.Time) bool {
 }
 
 // pickLocked chooses the lane to send next: among lanes with work that
-// admission allows, the one with the fewest attempts in flight. Paused,
-// disabled or deleted subscriptions' queued work is dropped from memory
-// (it stays in the store as it should).
+// admission allows, the one with the fewest attempts in flight. The one
+// probe of a half-open host goes to an endpoint that was not failing when
+// there is one: a probe to a broken path would keep the host closed to
+// the healthy ones. Paused, disabled or deleted subscriptions' queued
+// work is dropped from memory (it stays in the store as it should).
 func (d *Dispatcher) pickLocked(h *host, share int, now time.Time) (*lane, *core.Subscription) {
-	var best *lane
-	var bestSub *core.Subscription
+	probe := h.breaker.state == halfOpen
+	var best, healthy *lane
+	var bestSub, healthySub *core.Subscription
 	for id, l := range h.lanes {
-		if l.queued() == 0 || (best != nil && l.inflight >= best.inflight) {
+		if l.queued() == 0 || (!probe && best != nil && l.inflight >= best.inflight) {
 			continue
 		}
 		sub, ok := d.cfg.Subs.Get(id)
@@ -302,10 +328,19 @@ func (d *Dispatcher) pickLocked(h *host, share int, now time.Time) (*lane, *core
 			d.dropLocked(l)
 			continue
 		}
+		l.url = sub.URL
 		if !l.admits(l.limit(sub, share, now), h.rate(l, sub, now), now) {
 			continue
 		}
-		best, bestSub = l, sub
+		if best == nil || l.inflight < best.inflight {
+			best, bestSub = l, sub
+		}
+		if probe && !l.failing(now) && (healthy == nil || l.inflight < healthy.inflight) {
+			healthy, healthySub = l, sub
+		}
+	}
+	if healthy != nil {
+		return healthy, healthySub
 	}
 	return best, bestSub
 }
@@ -317,10 +352,10 @@ func (h *host) pause(l *lane, until, now time.Time) {
 	if until.After(l.pauseUntil) {
 		l.pauseUntil = until
 	}
-	if h.asked.sub != "" && h.asked.sub != l.subID && now.Sub(h.asked.at) < hostPauseWindow && until.After(h.pauseUntil) {
+	if h.asked.endpoint != "" && h.asked.endpoint != l.endpoint() && now.Sub(h.asked.at) < hostPauseWindow && until.After(h.pauseUntil) {
 		h.pauseUntil = until
 	}
-	h.asked = ask{sub: l.subID, at: now}
+	h.asked = ask{endpoint: l.endpoint(), at: now}
 }
 
 // mostEndpointsFailing is the host's second kind of evidence, for a
@@ -334,12 +369,15 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 		return false
 	}
 	h.judgedAt = now
-	failing, active := 0, 0
+	seen := map[string]bool{} // endpoint → failing
 	for _, l := range h.lanes {
 		bad := l.failing(now)
 		if bad || l.active(now) {
-			active++
+			seen[l.endpoint()] = seen[l.endpoint()] || bad
 		}
+	}
+	failing, active := 0, len(seen)
+	for _, bad := range seen {
 		if bad {
 			failing++
 		}
@@ -347,28 +385,56 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 	return failing >= hostMinFailing && 2*failing > active
 }
 
+// settleEndpoints runs when a probe closes a circuit most endpoints'
+// failures opened. A probe that was failing too says the whole host is
+// back: what its endpoints saw was the host's, so their counts start
+// afresh. A probe that was healthy says the host works and the failing
+// endpoints fail on their own: their own circuits open, so they neither
+// reopen the host's nor keep its healthy endpoints waiting.
+func (h *host) settleEndpoints(probe *lane, probeWasFailing bool, now time.Time) {
+	for _, l := range h.lanes {
+		switch {
+		case probeWasFailing:
+			l.outcomes = window{}
+		case l != probe && l.breaker.state == closed && l.failing(now):
+			l.breaker.trip(now)
+		}
+	}
+}
+
 // nextWake is the earliest moment something on h could become possible
 // without another event: a lane's store work falls due, a circuit lets a
-// probe through, a pause ends, a token arrives, an idle lane stops
-// counting toward the fair share. Zero: nothing to wait for.
-func (d *Dispatcher) nextWake(h *host, now time.Time) time.Time {
+// probe through, a pause ends, a token arrives for a lane that could
+// otherwise start, an idle lane or host may be forgotten. Zero: nothing to
+// wait for. A token is never waited for on a lane that something else
+// holds (its host's cap, its share, a circuit, a pause): an attempt's end
+// or that hold's own wake-up pumps the host, and a token computed from a
+// bucket admission has not looked at since would wake it for nothing.
+func (d *Dispatcher) nextWake(h *host, hostCap, share int, now time.Time) time.Time {
 	var next time.Time
 	earliest := func(t time.Time) {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
-	for _, l := range h.lanes {
+	hostFree := h.inflight < hostCap && !now.Before(h.pauseUntil) &&
+		(h.breaker.state == closed || (h.breaker.state == halfOpen && !h.breaker.probing))
+	for id, l := range h.lanes {
 		earliest(l.storeDue)
 		if l.breaker.state == open {
 			earliest(l.breaker.retryAt)
 		}
 		earliest(l.pauseUntil)
 		if l.queued() == 0 {
-			earliest(l.bucket.quietAt()) // then forgetIdle may let an idle rate-limited lane go
-			if l.inflight == 0 && !l.lastStart.IsZero() {
-				earliest(l.lastStart.Add(activeWindow)) // the others' share grows
+			if l.inflight == 0 {
+				earliest(l.rememberUntil()) // then forgetIdleLocked may let it go
 			}
+			continue
+		}
+		if !hostFree || l.held(now) {
+			continue
+		}
+		if sub, ok := d.cfg.Subs.Get(id); !ok || l.inflight >= l.limit(sub, share, now) {
 			continue
 		}
 		earliest(l.bucket.nextToken(now))
@@ -380,6 +446,9 @@ func (d *Dispatcher) nextWake(h *host, now time.Time) time.Time {
 		earliest(h.breaker.retryAt)
 	}
 	earliest(h.pauseUntil)
+	if len(h.lanes) == 0 {
+		earliest(h.rememberUntil())
+	}
 	return next
 }
 
@@ -388,21 +457,49 @@ func (d *Dispatcher) nextWake(h *host, now time.Time) time.Time {
 func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 	for id, l := range h.lanes {
 		if l.queued() > 0 || l.inflight > 0 || len(l.known) > 0 || l.refilling || !l.storeDue.IsZero() ||
-			l.active(now) || l.remembers(now) {
+			now.Before(l.rememberUntil()) {
 			continue
 		}
 		delete(h.lanes, id)
 	}
-	if len(h.lanes) == 0 && h.inflight == 0 && h.breaker.state == closed && h.ramp.level == 0 && !now.Before(h.pauseUntil) {
+	if len(h.lanes) == 0 && h.inflight == 0 && !now.Before(h.rememberUntil()) {
 		delete(d.hosts, h.name)
 	}
 }
 
-// remembers: the lane's admission state still matters. A lane that sent
-// within the rate window keeps its bucket (a fresh one would let the next
-// send exceed the rate), and one whose circuit is open, paused, cut back
-// or ramping keeps that.
-func (l *lane) remembers(now time.Time) bool {
-	return l.bucket.recent(now) || l.breaker.state != closed || now.Before(l.pauseUntil) ||
-		l.aimd.rate > 0 || l.ramp.level > 0
+// rememberUntil is when an idle lane's admission state stops mattering: its
+// last send leaves the rate window (a fresh bucket would let the next send
+// exceed the rate) and the fair share's look-back, its open circuit would
+// let a probe through, its pause ends, its 429 cut lifts, its ramp has not
+// been looked at for a ramp's length. An endpoint with no work left then
+// starts afresh with its next delivery.
+func (l *lane) rememberUntil() time.Time {
+	until := l.bucket.quietAt()
+	later := func(t time.Time) {
+		if t.After(until) {
+			until = t
+		}
+	}
+	if !l.lastStart.IsZero() {
+		later(l.lastStart.Add(activeWindow))
+	}
+	if l.breaker.state == open {
+		later(l.breaker.retryAt)
+	}
+	later(l.pauseUntil)
+	later(l.aimd.liftAt())
+	later(l.ramp.staleAt())
+	return until
+}
+
+// rememberUntil is when an idle host's own state stops mattering.
+func (h *host) rememberUntil() time.Time {
+	until := h.pauseUntil
+	if h.breaker.state == open && h.breaker.retryAt.After(until) {
+		until = h.breaker.retryAt
+	}
+	if t := h.ramp.staleAt(); t.After(until) {
+		until = t
+	}
+	return until
 }

@@ -63,8 +63,8 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	d.pumpLocked(h, time.Now())
 }
 
-// poll is the loop's periodic safety net: resync, then fail what waited
-// out its retry window behind an open circuit.
+// poll is the loop's periodic safety net: resync, fail what waited out its
+// retry window behind an open circuit, and forget stale health.
 func (d *Dispatcher) poll() {
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
 	if err := d.resync(ctx); err != nil {
@@ -72,6 +72,20 @@ func (d *Dispatcher) poll() {
 	}
 	cancel()
 	d.expireHeld()
+	d.forgetHealth()
+}
+
+// forgetHealth drops the outcome rings of subscriptions with no attempt
+// within healthWindow: they have no recent success rate to tell.
+func (d *Dispatcher) forgetHealth() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for id, hs := range d.health {
+		if now.Sub(hs.latest()) > healthWindow {
+			delete(d.health, id)
+		}
+	}
 }
 
 // resync asks the store for every subscription with pending work on the
@@ -156,7 +170,9 @@ func (d *Dispatcher) expireHeld() {
 			if h.breaker.state == closed && l.breaker.state == closed {
 				continue
 			}
-			if sub, ok := d.cfg.Subs.Get(id); ok {
+			// A paused subscription's backlog is held by its owner's
+			// choice, not by the circuit: it waits, however long.
+			if sub, ok := d.cfg.Subs.Get(id); ok && sub.State == core.SubActive {
 				lanes = append(lanes, held{h.name, id, now.Add(-retryWindow(sub))})
 			}
 		}
@@ -184,6 +200,7 @@ func (d *Dispatcher) expireHeld() {
 					if l := h.lanes[hl.sub]; l != nil {
 						d.dropLocked(l) // what memory held may have just failed
 						l.due(time.Now())
+						d.pumpLocked(h, time.Now())
 					}
 				}
 				d.mu.Unlock()

@@ -57,7 +57,9 @@ func classifyErr(parent, attempt context.Context, err error, timeout time.Durati
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return Retry, "connection refused", true
 	case errors.Is(err, syscall.ECONNRESET):
-		return Retry, "connection reset", true
+		// Reset while connecting is the host's; once connected, one path's
+		// handler (or a WAF rule) may reset its own connection.
+		return Retry, "connection reset", !connected
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return Retry, "host unreachable", true
 	case errors.As(err, &certErr), errors.As(err, &hostErr), errors.As(err, &authErr):

@@ -44,10 +44,11 @@ type Outcome struct {
 	Duration   time.Duration
 	Response   string        // first core.MaxResponseHead bytes of the answer body, valid UTF-8
 	RetryAfter time.Duration // from a Retry-After header, capped at core.MaxRetryAfter; 0 if none
-	// Conn: the attempt failed at the connection, before any answer (DNS,
-	// refused, reset, unreachable, TLS, a connect timeout). That is
-	// evidence about the host, shared by every endpoint on it; a timeout
-	// waiting for an answer, or an HTTP status, is evidence about the endpoint.
+	// Conn: the attempt failed before a connection was made (DNS, refused,
+	// unreachable, TLS, a connect timeout, a reset while connecting). That
+	// is evidence about the host, shared by every endpoint on it; a timeout
+	// waiting for an answer, a connection reset or closed once made, or an
+	// HTTP status, is evidence about the endpoint.
 	Conn bool
 }
 

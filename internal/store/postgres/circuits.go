@@ -15,6 +15,20 @@ var _ store.CircuitBoard = (*Store)(nil)
 // "host:port" or an endpoint's subscription ID.
 
 func (s *Store) CircuitsPublish(ctx context.Context, cs []store.Circuit) error {
+	// One statement may not touch a row twice: the last of a key wins.
+	last := make(map[string]int, len(cs))
+	for i, c := range cs {
+		last[c.Key] = i
+	}
+	if len(last) < len(cs) {
+		var once []store.Circuit
+		for i, c := range cs {
+			if last[c.Key] == i {
+				once = append(once, c)
+			}
+		}
+		cs = once
+	}
 	if len(cs) == 0 {
 		return nil
 	}
