@@ -63,11 +63,11 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 	}
 	if !p.Since.IsZero() {
 		q += ` AND created_at >= ?`
-		args = append(args, p.Since.UnixNano())
+		args = append(args, ns(p.Since))
 	}
 	if !p.Until.IsZero() {
 		q += ` AND created_at < ?`
-		args = append(args, p.Until.UnixNano())
+		args = append(args, ns(p.Until))
 	}
 	if p.Cursor != "" {
 		q += ` AND id < ?`
