@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -70,56 +69,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		slog.Debug("writing response", "err", err)
 	}
-}
-
-// maxBody bounds a request body: the largest payload plus room for the rest.
-const maxBody = core.MaxPayloadBytes + 64<<10
-
-// decode reads one JSON object strictly: unknown fields and trailing data
-// are errors naming what is wrong.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errBadRequest("body", "must hold exactly one JSON object")
-	}
-	return nil
-}
-
-func decodeError(err error) error {
-	var mbe *http.MaxBytesError
-	var ute *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &mbe):
-		return errTooLarge
-	case errors.As(err, &ute):
-		return errBadRequest(ute.Field, "must be "+jsonKind(ute.Type.Kind().String()))
-	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return errBadRequest("body", "is not valid JSON")
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return errBadRequest(f, "is not a known field")
-	}
-	return errBadRequest("body", err.Error())
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "slice", "array":
-		return "an array"
-	case "bool":
-		return "true or false"
-	case "struct", "map":
-		return "an object"
-	case "int", "int64", "float64":
-		return "a number"
-	}
-	return "of another type"
 }
