@@ -19,6 +19,8 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// RequestID is set on 500 answers, so a report can be matched to the log.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -38,6 +40,15 @@ var (
 	errTooLarge     = &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Field: "payload", Message: "payload: must be at most 262144 bytes"}
 )
 
+// errInternal is a server fault: the detail is in the log under requestID.
+func errInternal(requestID string) *apiError {
+	ae := &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error", RequestID: requestID}
+	if requestID != "" {
+		ae.Message += " (request " + requestID + ")"
+	}
+	return ae
+}
+
 // writeError maps any error to its status: the one table from application
 // errors to HTTP. It returns the error code answered.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
@@ -54,8 +65,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 	case errors.Is(err, store.ErrConflict):
 		ae = &apiError{Status: http.StatusConflict, Code: "conflict", Message: "conflict with the current state"}
 	default:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		ae = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+		id := requestID(r.Context())
+		s.log.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = errInternal(id)
 	}
 	writeJSON(w, ae.Status, map[string]any{"error": ae})
 	return ae.Code

@@ -153,7 +153,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	root.Handle("/", handler)
 	root.Handle("GET /ui/", ui.Handler())
 	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	a.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	a.http = &http.Server{Handler: api.Wrap(cfg.Log, root), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	return a, nil
 }
 
