@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
+	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -71,6 +72,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *shedAt < 0 {
 		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
 	}
+	if *idle <= 0 {
+		return fmt.Errorf("--idle-timeout must be positive")
+	}
 	if *adminToken == "" {
 		*adminToken = api.NewToken("adm_")
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
@@ -81,6 +85,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
 		Shed: shed.Config{Threshold: *shedAt},
+		HTTP: app.HTTPTimeouts{Idle: *idle},
 	})
 	if err != nil {
 		return err

@@ -116,7 +116,7 @@ func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
 
 // A negative retention or shed threshold is refused before anything opens.
 func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
-	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}} {
+	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}, {"--idle-timeout", "0s"}} {
 		db := filepath.Join(t.TempDir(), "hookd.db")
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",

@@ -49,6 +49,48 @@ type Config struct {
 	Retention time.Duration
 	// Shed configures shedding at ingest (see shed); Threshold 0 turns it off.
 	Shed shed.Config
+	// HTTP bounds what one client may hold of the API server.
+	HTTP HTTPTimeouts
+}
+
+// HTTPTimeouts bound how long a client may hold a connection of the API
+// server without finishing what it is doing; a zero field takes its
+// default. Only Idle is an operator's flag (--idle-timeout: a load
+// balancer's keep-alive must end before the server's); tests shorten the
+// others.
+type HTTPTimeouts struct {
+	ReadHeader time.Duration // request line and headers (default 10s)
+	Read       time.Duration // the whole request, body included (default 30s)
+	Write      time.Duration // from the end of the headers to the end of the answer (default 2m)
+	Idle       time.Duration // a keep-alive connection between requests (default 2m)
+}
+
+// Defaults for HTTPTimeouts, and the most header bytes a request may send.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 2 * time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
+	MaxHeaderBytes           = 64 << 10
+)
+
+// server returns an http.Server for h with t's timeouts, defaults filled in.
+func (t HTTPTimeouts) server(h http.Handler, log *slog.Logger) *http.Server {
+	or := func(d, def time.Duration) time.Duration {
+		if d > 0 {
+			return d
+		}
+		return def
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: or(t.ReadHeader, DefaultReadHeaderTimeout),
+		ReadTimeout:       or(t.Read, DefaultReadTimeout),
+		WriteTimeout:      or(t.Write, DefaultWriteTimeout),
+		IdleTimeout:       or(t.Idle, DefaultIdleTimeout),
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 type App struct {
@@ -153,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	root.Handle("/", handler)
 	root.Handle("GET /ui/", ui.Handler())
 	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	a.http = &http.Server{Handler: api.Wrap(cfg.Log, root), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	a.http = cfg.HTTP.server(api.Wrap(cfg.Log, root), cfg.Log)
 	return a, nil
 }
 
