@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
+	metricsAddr := fs.String("metrics-addr", defaultMetricsAddr, "address serving GET /metrics without credentials, for Prometheus: keep it on loopback or a private network; empty or off: no such listener (the API port answers /metrics to the admin token either way)")
 	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,6 +112,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "profiler on http://%s/debug/pprof/\n", pln.Addr())
 	}
 
+	if *metricsAddr != "" && *metricsAddr != "off" {
+		srv, mln, err := serveMetrics(*metricsAddr, a.MetricsHandler())
+		if err != nil {
+			ln.Close()
+			sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+			defer cancel()
+			a.Shutdown(sctx)
+			return err
+		}
+		defer srv.Close()
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())
+	}
+
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ln) }()
 	select {
@@ -155,6 +169,25 @@ func redactDB(db string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// defaultMetricsAddr is loopback, so metrics leave the machine only when
+// the operator says where; not 9090, which Prometheus itself takes.
+const defaultMetricsAddr = "127.0.0.1:9464"
+
+// serveMetrics serves GET /metrics (h) on addr, a listener of its own:
+// the API port answers it only to the admin token.
+func serveMetrics(addr string, h http.Handler) (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-addr: %w (give another address, or off for none)", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: app.MaxHeaderBytes}
+	go srv.Serve(ln)
+	return srv, ln, nil
 }
 
 // checkPprofAddr accepts only a loopback address for --pprof: profiles and

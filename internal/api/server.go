@@ -89,8 +89,10 @@ func New(cfg Config) *Server {
 		w.Write(openAPI)
 	})
 	if cfg.Metrics != nil {
-		// No auth, as Prometheus expects: counts and timings only, no tenant data.
-		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+		// Admin only on this port, which tenants reach: hookd serve
+		// --metrics-addr serves it without credentials on a listener of
+		// its own, where only the operator's network reaches.
+		s.mux.Handle("GET /metrics", s.adminOnly(cfg.Metrics.Handler()))
 	}
 	s.route("POST /v1/tenants", s.createTenant)
 	s.routeCounted("POST /v1/events", s.createEvent, cfg.Metrics.EventRejected)
@@ -170,6 +172,22 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 				rejected(code)
 			}
 		}
+	})
+}
+
+// adminOnly serves h to the admin token: 401 without a valid token, 403
+// to a tenant key (as on every admin-only route).
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+		if err == nil && !p.admin {
+			err = errForbidden
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

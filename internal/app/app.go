@@ -211,6 +211,11 @@ func (a *App) Serve(ln net.Listener) error {
 // Handler is the API and dashboard, for in-process use.
 func (a *App) Handler() http.Handler { return a.http.Handler }
 
+// MetricsHandler serves the node's metrics without credentials, for a
+// listener of its own (hookd serve --metrics-addr); the API port answers
+// GET /metrics only to the admin token.
+func (a *App) MetricsHandler() http.Handler { return a.metrics.Handler() }
+
 // Shutdown stops taking requests, lets accepted ones commit, lets in-flight
 // sends finish or time out (cancelled when ctx ends), writes their results
 // and closes the store.
