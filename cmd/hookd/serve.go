@@ -38,6 +38,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
 	metricsAddr := fs.String("metrics-addr", defaultMetricsAddr, "address serving GET /metrics without credentials, for Prometheus: keep it on loopback or a private network; empty or off: no such listener (the API port answers /metrics to the admin token either way)")
+	ingestRate := fs.Float64("ingest-rate", api.DefaultIngestRate, "events per second one tenant may post to this node (each node of several allows it); over it POST /v1/events answers 429 with Retry-After; 0: no limit")
+	ingestBurst := fs.Int("ingest-burst", api.DefaultIngestBurst, "events one tenant may post at once above --ingest-rate")
+	maxSubs := fs.Int("max-subscriptions", api.DefaultMaxSubscriptions, "live subscriptions one tenant may have; over it POST /v1/subscriptions answers 422; 0: no limit")
 	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,6 +76,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *shedAt < 0 {
 		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
 	}
+	if *ingestRate < 0 {
+		return fmt.Errorf("--ingest-rate must be 0 (no limit) or positive")
+	}
+	if *ingestBurst < 1 {
+		return fmt.Errorf("--ingest-burst must be at least 1")
+	}
+	if *maxSubs < 0 {
+		return fmt.Errorf("--max-subscriptions must be 0 (no limit) or positive")
+	}
 	if *idle <= 0 {
 		return fmt.Errorf("--idle-timeout must be positive")
 	}
@@ -85,8 +97,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DB: *db, AdminToken: *adminToken, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
-		Shed: shed.Config{Threshold: *shedAt},
-		HTTP: app.HTTPTimeouts{Idle: *idle},
+		Shed:   shed.Config{Threshold: *shedAt},
+		HTTP:   app.HTTPTimeouts{Idle: *idle},
+		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},
 	})
 	if err != nil {
 		return err

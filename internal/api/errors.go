@@ -21,6 +21,8 @@ type apiError struct {
 	Field   string `json:"field,omitempty"`
 	// RequestID is set on 500 answers, so a report can be matched to the log.
 	RequestID string `json:"request_id,omitempty"`
+	// JobID names the bulk replay already running (replay_running).
+	JobID string `json:"job_id,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Message }

@@ -43,6 +43,9 @@ func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
+	if err := s.limitIngest(w, tenant); err != nil {
+		return err
+	}
 	res, err := s.Ingest.Submit(r.Context(), core.Event{
 		TenantID:       tenant,
 		Type:           req.Type,

@@ -72,6 +72,18 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
+	// One running job per subscription: a second would only double the
+	// pace the job exists to bound.
+	defer s.replaying.lock(sub.ID)()
+	running, err := s.Store.ReplayJobsRunning(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, j := range running {
+		if j.SubscriptionID == sub.ID {
+			return errReplayRunning(j.ID)
+		}
+	}
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,
 		Since: since.UTC(), Until: until.UTC(), EventTypes: req.EventTypes, CreatedAt: now, UpdatedAt: now}

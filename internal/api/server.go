@@ -59,6 +59,10 @@ type Config struct {
 	Shed interface {
 		Shedding(subID string) (time.Time, bool)
 	}
+	// Limits bound what one tenant may ask (zero: no limit).
+	Limits Limits
+	// Now is the clock of the ingest rate limit (nil: time.Now).
+	Now func() time.Time
 }
 
 type Server struct {
@@ -70,6 +74,12 @@ type Server struct {
 	// Deleting or revoking either must invalidate them.
 	tenants sync.Map // tenant ID → true
 	keys    sync.Map // key hash → tenant ID
+
+	ingestRate *buckets // nil: no ingest rate limit
+	// creating keeps a tenant's subscription creates, and a
+	// subscription's replay starts, one at a time on this node, so a limit
+	// checked is still true when the write commits.
+	creating, replaying stripes
 }
 
 //go:embed openapi.json
@@ -79,6 +89,9 @@ func New(cfg Config) *Server {
 	s := &Server{Config: cfg, log: cfg.Log, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if cfg.Limits.IngestRate > 0 {
+		s.ingestRate = newBuckets(cfg.Limits.IngestRate, cfg.Limits.IngestBurst, cfg.Now)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -51,6 +51,9 @@ type Config struct {
 	Shed shed.Config
 	// HTTP bounds what one client may hold of the API server.
 	HTTP HTTPTimeouts
+	// Limits bound what one tenant may ask (zero: no limit; hookd serve
+	// starts with api's defaults).
+	Limits api.Limits
 }
 
 // HTTPTimeouts bound how long a client may hold a connection of the API
@@ -183,6 +186,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed,
+		Limits: cfg.Limits,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")

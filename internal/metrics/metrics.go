@@ -28,9 +28,11 @@ const (
 	ReasonNotFound     = "not_found"
 	ReasonUnavailable  = "unavailable"
 	ReasonInternal     = "internal"
+	ReasonRateLimited  = "rate_limited"
 )
 
-var reasons = []string{ReasonInvalid, ReasonTooLarge, ReasonUnauthorized, ReasonNotFound, ReasonUnavailable, ReasonInternal}
+var reasons = []string{ReasonInvalid, ReasonTooLarge, ReasonUnauthorized, ReasonNotFound, ReasonUnavailable, ReasonInternal,
+	ReasonRateLimited}
 
 // Outcome is what one attempt did to its delivery (hookd_attempts_total).
 type Outcome int
@@ -199,6 +201,8 @@ func ReasonFor(code string) string {
 		return ReasonNotFound
 	case "unavailable":
 		return ReasonUnavailable
+	case "ingest_rate_limited":
+		return ReasonRateLimited
 	}
 	return ReasonInternal
 }
