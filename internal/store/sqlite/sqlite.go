@@ -335,6 +335,15 @@ func mapErr(err error) error {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
 			return fmt.Errorf("%w: %v", store.ErrConflict, err)
 		}
+		switch se.Code() & 0xff { // the primary code of an extended one
+		case sqlite3.SQLITE_FULL:
+			return fmt.Errorf("%w: %w", store.ErrFull, err)
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) { // the writer did not come free in time
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
 }
