@@ -9,6 +9,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
+	"hookd/internal/outage"
 	"hookd/internal/store"
 )
 
@@ -42,6 +43,27 @@ var (
 	errTooLarge     = &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Field: "payload", Message: "payload: must be at most 262144 bytes"}
 )
 
+// Retry-After of the store's outages: a database restarting is back in
+// seconds; a full disk waits for an operator.
+const (
+	retryUnavailable = "5"
+	retryFull        = "60"
+)
+
+// errStore answers a store outage: 503 while the database cannot be
+// reached, 507 while it has no room, each with Retry-After, so clients
+// retry (with the same idempotency_key) and alerts name the cause.
+func errStore(w http.ResponseWriter, err error) *apiError {
+	if errors.Is(err, store.ErrFull) {
+		w.Header().Set("Retry-After", retryFull)
+		return &apiError{Status: http.StatusInsufficientStorage, Code: "storage_full",
+			Message: "the database is full; nothing was written: retry later with the same idempotency_key"}
+	}
+	w.Header().Set("Retry-After", retryUnavailable)
+	return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable",
+		Message: "the database cannot be reached; nothing was written: retry later with the same idempotency_key"}
+}
+
 // errInternal is a server fault: the detail is in the log under requestID.
 func errInternal(requestID string) *apiError {
 	ae := &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error", RequestID: requestID}
@@ -64,6 +86,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 		ae = errNotFound
 	case errors.Is(err, ingest.ErrClosed):
 		ae = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "shutting down; retry with the same idempotency_key"}
+	case outage.Is(err):
+		// Logged once per outage by the tracker, not once per request.
+		s.Outage.Fail(err)
+		ae = errStore(w, err)
 	case errors.Is(err, store.ErrConflict):
 		ae = &apiError{Status: http.StatusConflict, Code: "conflict", Message: "conflict with the current state"}
 	default:

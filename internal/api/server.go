@@ -18,6 +18,7 @@ import (
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
+	"hookd/internal/outage"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	}
 	// Limits bound what one tenant may ask (zero: no limit).
 	Limits Limits
+	// Outage is told of every call the store failed with ErrUnavailable or
+	// ErrFull, and logs them (nil: they are answered, not logged).
+	Outage *outage.Tracker
 	// Now is the clock of the ingest rate limit (nil: time.Now).
 	Now func() time.Time
 }

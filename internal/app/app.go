@@ -20,6 +20,7 @@ import (
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
+	"hookd/internal/outage"
 	"hookd/internal/replay"
 	"hookd/internal/retention"
 	"hookd/internal/send"
@@ -54,6 +55,9 @@ type Config struct {
 	// Limits bound what one tenant may ask (zero: no limit; hookd serve
 	// starts with api's defaults).
 	Limits api.Limits
+	// Outage sets how the store's health is followed (zero: defaults);
+	// its Log is Log.
+	Outage outage.Config
 }
 
 // HTTPTimeouts bound how long a client may hold a connection of the API
@@ -109,6 +113,7 @@ type App struct {
 	cluster  *cluster // nil on a store one node holds (SQLite)
 	http     *http.Server
 	metrics  *metrics.Metrics
+	outage   *outage.Tracker // whether the store commits: /readyz, and its outages' log
 	stopping atomic.Bool
 }
 
@@ -183,15 +188,19 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}
+	outCfg := cfg.Outage
+	outCfg.Log = cfg.Log
+	a.outage = outage.New(outCfg, st)
+	a.outage.Start()
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed,
-		Limits: cfg.Limits,
+		Limits: cfg.Limits, Outage: a.outage,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")
 			}
-			return nil
+			return a.outage.Err()
 		},
 	})
 	// The dashboard is static files calling /v1 from the browser; / leads to it.
@@ -236,6 +245,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		a.cluster.stop()
 	}
 	a.dispatch.Stop(ctx)
+	a.outage.Stop()
 	serr := a.store.Close()
 	return errors.Join(herr, serr)
 }

@@ -29,10 +29,11 @@ const (
 	ReasonUnavailable  = "unavailable"
 	ReasonInternal     = "internal"
 	ReasonRateLimited  = "rate_limited"
+	ReasonFull         = "full"
 )
 
 var reasons = []string{ReasonInvalid, ReasonTooLarge, ReasonUnauthorized, ReasonNotFound, ReasonUnavailable, ReasonInternal,
-	ReasonRateLimited}
+	ReasonRateLimited, ReasonFull}
 
 // Outcome is what one attempt did to its delivery (hookd_attempts_total).
 type Outcome int
@@ -203,6 +204,8 @@ func ReasonFor(code string) string {
 		return ReasonUnavailable
 	case "ingest_rate_limited":
 		return ReasonRateLimited
+	case "storage_full":
+		return ReasonFull
 	}
 	return ReasonInternal
 }
