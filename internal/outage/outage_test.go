@@ -24,6 +24,13 @@ type fakeStore struct {
 
 func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
 
+// counts returns how many pings and probe writes it answered.
+func (f *fakeStore) counts() (pings, writes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pings, f.writes
+}
+
 func (f *fakeStore) HealthPing(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -79,8 +86,8 @@ func TestOutageLoggedOnceThenEveryRepeatThenEnded(t *testing.T) {
 		defer tr.Stop()
 
 		time.Sleep(12 * time.Second) // two pings, both fine
-		if err := tr.Err(); err != nil || st.pings != 2 || st.writes != 0 {
-			t.Fatalf("healthy: Err %v, %d pings, %d writes; want nil, 2, 0", err, st.pings, st.writes)
+		if pings, writes := st.counts(); tr.Err() != nil || pings != 2 || writes != 0 {
+			t.Fatalf("healthy: Err %v, %d pings, %d writes; want nil, 2, 0", tr.Err(), pings, writes)
 		}
 		start := time.Now()
 		st.set(errDown)
@@ -134,8 +141,8 @@ func TestIdleNodeNoticesAndRecovers(t *testing.T) {
 			t.Fatalf("after a failed ping: Err %v, want store full", err)
 		}
 		time.Sleep(10 * time.Second)
-		if st.writes < 9 {
-			t.Errorf("%d probe writes in 10 s of outage, want one a second", st.writes)
+		if _, writes := st.counts(); writes < 9 {
+			t.Errorf("%d probe writes in 10 s of outage, want one a second", writes)
 		}
 		st.set(nil)
 		time.Sleep(DefaultProbe)
