@@ -67,6 +67,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkPprofAddr(*pprofAddr); err != nil {
 		return err
 	}
+	if *metricsAddr != "" && *metricsAddr != "off" {
+		if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: not a host:port address like 127.0.0.1:9464, or off: %w", *metricsAddr, err)
+		}
+	}
 	if *leaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("--lease-ttl must be at least 300ms")
 	}

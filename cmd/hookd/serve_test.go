@@ -115,10 +115,11 @@ func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
 	}
 }
 
-// A negative retention or shed threshold is refused before anything opens.
+// A negative retention or shed threshold, a limit out of range or a
+// metrics address without a port is refused before anything opens.
 func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
 	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}, {"--idle-timeout", "0s"},
-		{"--ingest-rate", "-1"}, {"--ingest-burst", "0"}, {"--max-subscriptions", "-1"}} {
+		{"--ingest-rate", "-1"}, {"--ingest-burst", "0"}, {"--max-subscriptions", "-1"}, {"--metrics-addr", "9464"}} {
 		db := filepath.Join(t.TempDir(), "hookd.db")
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",

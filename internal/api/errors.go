@@ -57,11 +57,11 @@ func errStore(w http.ResponseWriter, err error) *apiError {
 	if errors.Is(err, store.ErrFull) {
 		w.Header().Set("Retry-After", retryFull)
 		return &apiError{Status: http.StatusInsufficientStorage, Code: "storage_full",
-			Message: "the database is full; nothing was written: retry later with the same idempotency_key"}
+			Message: "the database is full; nothing was written: retry after Retry-After seconds (an event with the same idempotency_key)"}
 	}
 	w.Header().Set("Retry-After", retryUnavailable)
 	return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable",
-		Message: "the database cannot be reached; nothing was written: retry later with the same idempotency_key"}
+		Message: "the database cannot be reached; nothing was written: retry after Retry-After seconds (an event with the same idempotency_key)"}
 }
 
 // errInternal is a server fault: the detail is in the log under requestID.

@@ -151,7 +151,10 @@ func (t *Tracker) recovered() {
 	t.down, t.err = false, nil
 }
 
-// Err is nil while the store commits, or says since when and why not.
+// Err is nil while the store commits, or says which outage and for how
+// long: store.ErrUnavailable or store.ErrFull. Not the driver's error: it
+// is shown on /readyz, which anyone reaching the node may call, and would
+// name the database's address; the log has it.
 func (t *Tracker) Err() error {
 	if t == nil {
 		return nil
@@ -161,7 +164,12 @@ func (t *Tracker) Err() error {
 	if !t.down {
 		return nil
 	}
-	return fmt.Errorf("store %s for %s: %w", Kind(t.err), t.now().Sub(t.since).Round(time.Second), t.err)
+	sentinel := store.ErrUnavailable
+	if errors.Is(t.err, store.ErrFull) {
+		sentinel = store.ErrFull
+	}
+	return fmt.Errorf("%w for %s (since %s; the log has the cause)", sentinel,
+		t.now().Sub(t.since).Round(time.Second), t.since.UTC().Format(time.RFC3339))
 }
 
 func (t *Tracker) isDown() bool {
