@@ -48,9 +48,6 @@ type bucket struct {
 }
 
 func newBuckets(rate float64, burst int, now func() time.Time) *buckets {
-	if now == nil {
-		now = time.Now
-	}
 	return &buckets{rate: rate, burst: math.Max(float64(burst), 1), now: now, m: map[string]*bucket{}}
 }
 

@@ -65,8 +65,6 @@ type Config struct {
 	// Outage is told of every call the store failed with ErrUnavailable or
 	// ErrFull, and logs them (nil: they are answered, not logged).
 	Outage *outage.Tracker
-	// Now is the clock of the ingest rate limit (nil: time.Now).
-	Now func() time.Time
 }
 
 type Server struct {
@@ -95,7 +93,7 @@ func New(cfg Config) *Server {
 		s.log = slog.Default()
 	}
 	if cfg.Limits.IngestRate > 0 {
-		s.ingestRate = newBuckets(cfg.Limits.IngestRate, cfg.Limits.IngestBurst, cfg.Now)
+		s.ingestRate = newBuckets(cfg.Limits.IngestRate, cfg.Limits.IngestBurst, time.Now)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
