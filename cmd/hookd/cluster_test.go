@@ -149,7 +149,9 @@ func TestSIGTERMHandsShardsOverAtOnce(t *testing.T) {
 // dispatchMetrics is a node's dispatcher and attempt metrics, for a failure
 // message.
 func dispatchMetrics(base string) string {
-	resp, err := http.Get(base + "/metrics")
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer crash-admin")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err.Error()
 	}

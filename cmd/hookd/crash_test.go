@@ -51,7 +51,8 @@ type proc struct {
 func startProc(t *testing.T, db string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db,
-		"--admin-token", "crash-admin", "--allow-network", "127.0.0.0/8", "--log-level", "error"}, extra...)
+		"--admin-token", "crash-admin", "--allow-network", "127.0.0.0/8", "--log-level", "error",
+		"--metrics-addr", "127.0.0.1:0"}, extra...)
 	cmd := exec.Command(hookdBin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -38,6 +38,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
+	metricsAddr := fs.String("metrics-addr", defaultMetricsAddr, "address serving GET /metrics without credentials, for Prometheus: keep it on loopback or a private network; empty or off: no such listener (the API port answers /metrics to the admin token either way)")
+	ingestRate := fs.Float64("ingest-rate", api.DefaultIngestRate, "events per second one tenant may post to this node (each node of several allows it); over it POST /v1/events answers 429 with Retry-After; 0: no limit")
+	ingestBurst := fs.Int("ingest-burst", api.DefaultIngestBurst, "events one tenant may post at once above --ingest-rate")
+	maxSubs := fs.Int("max-subscriptions", api.DefaultMaxSubscriptions, "live subscriptions one tenant may have; over it POST /v1/subscriptions answers 422; 0: no limit")
+	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -63,6 +68,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkPprofAddr(*pprofAddr); err != nil {
 		return err
 	}
+	if *metricsAddr != "" && *metricsAddr != "off" {
+		if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: not a host:port address like 127.0.0.1:9464, or off: %w", *metricsAddr, err)
+		}
+	}
 	if *leaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("--lease-ttl must be at least 300ms")
 	}
@@ -71,6 +81,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *shedAt < 0 {
 		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
+	}
+	if *ingestRate < 0 {
+		return fmt.Errorf("--ingest-rate must be 0 (no limit) or positive")
+	}
+	if *ingestBurst < 1 {
+		return fmt.Errorf("--ingest-burst must be at least 1")
+	}
+	if *maxSubs < 0 {
+		return fmt.Errorf("--max-subscriptions must be 0 (no limit) or positive")
+	}
+	if *idle <= 0 {
+		return fmt.Errorf("--idle-timeout must be positive")
 	}
 	token, err := adminToken(fs, *adminTokenFlag, *adminTokenFile, log)
 	if err != nil {
@@ -85,7 +107,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DB: *db, AdminToken: token, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
-		Shed: shed.Config{Threshold: *shedAt},
+		Shed:   shed.Config{Threshold: *shedAt},
+		HTTP:   app.HTTPTimeouts{Idle: *idle},
+		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},
 	})
 	if err != nil {
 		return err
@@ -109,6 +133,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer srv.Close()
 		fmt.Fprintf(stdout, "profiler on http://%s/debug/pprof/\n", pln.Addr())
+	}
+
+	if *metricsAddr != "" && *metricsAddr != "off" {
+		srv, mln, err := serveMetrics(*metricsAddr, a.MetricsHandler())
+		if err != nil {
+			ln.Close()
+			sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+			defer cancel()
+			a.Shutdown(sctx)
+			return err
+		}
+		defer srv.Close()
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())
 	}
 
 	served := make(chan error, 1)
@@ -155,6 +192,25 @@ func redactDB(db string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// defaultMetricsAddr is loopback, so metrics leave the machine only when
+// the operator says where; not 9090, which Prometheus itself takes.
+const defaultMetricsAddr = "127.0.0.1:9464"
+
+// serveMetrics serves GET /metrics (h) on addr, a listener of its own:
+// the API port answers it only to the admin token.
+func serveMetrics(addr string, h http.Handler) (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-addr: %w (give another address, or off for none)", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: app.MaxHeaderBytes}
+	go srv.Serve(ln)
+	return srv, ln, nil
 }
 
 // checkPprofAddr accepts only a loopback address for --pprof: profiles and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -114,9 +115,11 @@ func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
 	}
 }
 
-// A negative retention or shed threshold is refused before anything opens.
+// A negative retention or shed threshold, a limit out of range or a
+// metrics address without a port is refused before anything opens.
 func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
-	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}} {
+	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}, {"--idle-timeout", "0s"},
+		{"--ingest-rate", "-1"}, {"--ingest-burst", "0"}, {"--max-subscriptions", "-1"}, {"--metrics-addr", "9464"}} {
 		db := filepath.Join(t.TempDir(), "hookd.db")
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",
@@ -127,5 +130,59 @@ func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
 		if _, err := os.Stat(db); !os.IsNotExist(err) {
 			t.Errorf("%s: database opened before the flag was refused (stat: %v)", c[0], err)
 		}
+	}
+}
+
+// TestServeMetricsListener: --metrics-addr serves /metrics without
+// credentials on its own listener (and nothing else there), while the API
+// port refuses it without the admin token.
+func TestServeMetricsListener(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "hookd.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",
+			"--metrics-addr", "127.0.0.1:0", "--log-level", "error"}, pw, io.Discard)
+		pw.Close()
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	var api, metrics string
+	lines := bufio.NewScanner(pr)
+	for (api == "" || metrics == "") && lines.Scan() {
+		if _, rest, ok := strings.Cut(lines.Text(), "listening on "); ok {
+			api = strings.Fields(rest)[0]
+		}
+		if _, rest, ok := strings.Cut(lines.Text(), "metrics on "); ok {
+			metrics = strings.Fields(rest)[0]
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if api == "" || metrics == "" {
+		t.Fatalf("serve printed API %q and metrics %q", api, metrics)
+	}
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, body := get(metrics); st != 200 || !strings.Contains(body, "hookd_events_accepted_total") {
+		t.Errorf("GET %s: %d, want 200 with hookd's metrics", metrics, st)
+	}
+	if st, _ := get(strings.TrimSuffix(metrics, "/metrics") + "/v1/subscriptions"); st != 404 {
+		t.Errorf("the metrics listener answers the API: %d, want 404", st)
+	}
+	if st, body := get(api + "/metrics"); st != 401 || strings.Contains(body, "hookd_") {
+		t.Errorf("GET %s/metrics without a token: %d, want 401 and no metric", api, st)
 	}
 }

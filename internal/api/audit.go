@@ -37,10 +37,10 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p principal) 
 		}
 		params.Action = a
 	}
-	if params.Since, err = parseTime(q, "since"); err != nil {
+	if params.Since, err = queryTime(q, "since"); err != nil {
 		return err
 	}
-	if params.Until, err = parseTime(q, "until"); err != nil {
+	if params.Until, err = queryTime(q, "until"); err != nil {
 		return err
 	}
 	if t := q.Get("tenant_id"); t != "" || !p.admin {

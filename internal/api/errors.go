@@ -3,13 +3,13 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
+	"hookd/internal/outage"
 	"hookd/internal/store"
 )
 
@@ -20,6 +20,10 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// RequestID is set on 500 answers, so a report can be matched to the log.
+	RequestID string `json:"request_id,omitempty"`
+	// JobID names the bulk replay already running (replay_running).
+	JobID string `json:"job_id,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -39,6 +43,36 @@ var (
 	errTooLarge     = &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Field: "payload", Message: "payload: must be at most 262144 bytes"}
 )
 
+// Retry-After of the store's outages: a database restarting is back in
+// seconds; a full disk waits for an operator.
+const (
+	retryUnavailable = "5"
+	retryFull        = "60"
+)
+
+// errStore answers a store outage: 503 while the database cannot be
+// reached, 507 while it has no room, each with Retry-After, so clients
+// retry (with the same idempotency_key) and alerts name the cause.
+func errStore(w http.ResponseWriter, err error) *apiError {
+	if errors.Is(err, store.ErrFull) {
+		w.Header().Set("Retry-After", retryFull)
+		return &apiError{Status: http.StatusInsufficientStorage, Code: "storage_full",
+			Message: "the database is full; nothing was written: retry after Retry-After seconds (an event with the same idempotency_key)"}
+	}
+	w.Header().Set("Retry-After", retryUnavailable)
+	return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable",
+		Message: "the database cannot be reached; nothing was written: retry after Retry-After seconds (an event with the same idempotency_key)"}
+}
+
+// errInternal is a server fault: the detail is in the log under requestID.
+func errInternal(requestID string) *apiError {
+	ae := &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error", RequestID: requestID}
+	if requestID != "" {
+		ae.Message += " (request " + requestID + ")"
+	}
+	return ae
+}
+
 // writeError maps any error to its status: the one table from application
 // errors to HTTP. It returns the error code answered.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
@@ -52,11 +86,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 		ae = errNotFound
 	case errors.Is(err, ingest.ErrClosed):
 		ae = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "shutting down; retry with the same idempotency_key"}
+	case outage.Is(err):
+		// Logged once per outage by the tracker, not once per request.
+		s.Outage.Fail(err)
+		ae = errStore(w, err)
 	case errors.Is(err, store.ErrConflict):
 		ae = &apiError{Status: http.StatusConflict, Code: "conflict", Message: "conflict with the current state"}
 	default:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		ae = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+		id := requestID(r.Context())
+		s.log.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = errInternal(id)
 	}
 	writeJSON(w, ae.Status, map[string]any{"error": ae})
 	return ae.Code
@@ -70,56 +109,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		slog.Debug("writing response", "err", err)
 	}
-}
-
-// maxBody bounds a request body: the largest payload plus room for the rest.
-const maxBody = core.MaxPayloadBytes + 64<<10
-
-// decode reads one JSON object strictly: unknown fields and trailing data
-// are errors naming what is wrong.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errBadRequest("body", "must hold exactly one JSON object")
-	}
-	return nil
-}
-
-func decodeError(err error) error {
-	var mbe *http.MaxBytesError
-	var ute *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &mbe):
-		return errTooLarge
-	case errors.As(err, &ute):
-		return errBadRequest(ute.Field, "must be "+jsonKind(ute.Type.Kind().String()))
-	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return errBadRequest("body", "is not valid JSON")
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return errBadRequest(f, "is not a known field")
-	}
-	return errBadRequest("body", err.Error())
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "slice", "array":
-		return "an array"
-	case "bool":
-		return "true or false"
-	case "struct", "map":
-		return "an object"
-	case "int", "int64", "float64":
-		return "a number"
-	}
-	return "of another type"
 }

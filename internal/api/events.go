@@ -6,15 +6,17 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"hookd/internal/core"
 )
 
 type createEventRequest struct {
-	Type           string          `json:"type"`
-	Payload        json.RawMessage `json:"payload"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	OrderingKey    string          `json:"ordering_key"`
-	TenantID       string          `json:"tenant_id"`
+	Type           string         `json:"type"`
+	Payload        jsontext.Value `json:"payload"`
+	IdempotencyKey string         `json:"idempotency_key"`
+	OrderingKey    string         `json:"ordering_key"`
+	TenantID       string         `json:"tenant_id"`
 }
 
 func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal) error {
@@ -39,6 +41,9 @@ func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal
 	}
 	tenant, err := s.tenantFor(r.Context(), p, req.TenantID)
 	if err != nil {
+		return err
+	}
+	if err := s.limitIngest(w, tenant); err != nil {
 		return err
 	}
 	res, err := s.Ingest.Submit(r.Context(), core.Event{

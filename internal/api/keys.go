@@ -67,9 +67,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, p principal) 
 	now := time.Now().UTC()
 	var expires time.Time
 	if req.ExpiresAt != "" {
-		t, err := time.Parse(time.RFC3339Nano, req.ExpiresAt)
+		t, err := parseTime("expires_at", req.ExpiresAt, errInvalid)
 		if err != nil {
-			return errInvalid("expires_at", "must be an RFC 3339 time like 2026-01-02T15:04:05Z")
+			return err
 		}
 		if !t.After(now) || t.Sub(now) > maxKeyLifetime {
 			return errInvalid("expires_at", "must be in the future and at most 10 years ahead (leave it out for no expiry)")

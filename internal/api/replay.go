@@ -51,14 +51,14 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	if req.Since == "" {
 		return errInvalid("since", "is required")
 	}
-	since, err := time.Parse(time.RFC3339Nano, req.Since)
+	since, err := parseTime("since", req.Since, errInvalid)
 	if err != nil {
-		return errInvalid("since", "must be an RFC 3339 time like 2026-01-02T15:04:05Z")
+		return err
 	}
 	var until time.Time
 	if req.Until != "" {
-		if until, err = time.Parse(time.RFC3339Nano, req.Until); err != nil {
-			return errInvalid("until", "must be an RFC 3339 time like 2026-01-02T15:04:05Z")
+		if until, err = parseTime("until", req.Until, errInvalid); err != nil {
+			return err
 		}
 		if !until.After(since) {
 			return errInvalid("until", "must be after since")
@@ -72,6 +72,18 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	// One running job per subscription: a second would only double the
+	// pace the job exists to bound.
+	defer s.replaying.lock(sub.ID)()
+	running, err := s.Store.ReplayJobsRunning(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, j := range running {
+		if j.SubscriptionID == sub.ID {
+			return errReplayRunning(j.ID)
+		}
 	}
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,

@@ -19,6 +19,7 @@ import (
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
+	"hookd/internal/outage"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -63,6 +64,11 @@ type Config struct {
 	// Keys checks tenant keys (nil: New makes one on Store). The node
 	// shares it with its cluster, which forgets keys other nodes revoke.
 	Keys *KeyCache
+	// Limits bound what one tenant may ask (zero: no limit).
+	Limits Limits
+	// Outage is told of every call the store failed with ErrUnavailable or
+	// ErrFull, and logs them (nil: they are answered, not logged).
+	Outage *outage.Tracker
 }
 
 type Server struct {
@@ -73,6 +79,12 @@ type Server struct {
 	// this cache takes a read off every event's path. Deleting a tenant
 	// must invalidate it. (Keys are cached by Config.Keys.)
 	tenants sync.Map // tenant ID → true
+
+	ingestRate *buckets // nil: no ingest rate limit
+	// creating keeps a tenant's subscription creates, and a
+	// subscription's replay starts, one at a time on this node, so a limit
+	// checked is still true when the write commits.
+	creating, replaying stripes
 }
 
 //go:embed openapi.json
@@ -86,6 +98,9 @@ func New(cfg Config) *Server {
 	if s.Keys == nil {
 		s.Keys = NewKeyCache(cfg.Store, s.log)
 	}
+	if cfg.Limits.IngestRate > 0 {
+		s.ingestRate = newBuckets(cfg.Limits.IngestRate, cfg.Limits.IngestBurst, time.Now)
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -95,8 +110,10 @@ func New(cfg Config) *Server {
 		w.Write(openAPI)
 	})
 	if cfg.Metrics != nil {
-		// No auth, as Prometheus expects: counts and timings only, no tenant data.
-		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+		// Admin only on this port, which tenants reach: hookd serve
+		// --metrics-addr serves it without credentials on a listener of
+		// its own, where only the operator's network reaches.
+		s.mux.Handle("GET /metrics", s.adminOnly(cfg.Metrics.Handler()))
 	}
 	s.route("POST /v1/tenants", s.createTenant)
 	s.routeCounted("POST /v1/events", s.createEvent, cfg.Metrics.EventRejected)
@@ -192,6 +209,22 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 				rejected(code)
 			}
 		}
+	})
+}
+
+// adminOnly serves h to the admin token: 401 without a valid token, 403
+// to a tenant key (as on every admin-only route).
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+		if err == nil && !p.admin {
+			err = errForbidden
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -148,6 +148,14 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
+	if limit := s.Limits.MaxSubscriptions; limit > 0 {
+		// Counted in this node's registry, which holds every live
+		// subscription (another node's within a notification).
+		defer s.creating.lock(tenant)()
+		if s.Subs.Registry().Count(tenant) >= limit {
+			return errSubscriptionLimit(tenant, limit)
+		}
+	}
 	secret, err := webhook.NewSecret()
 	if err != nil {
 		return err

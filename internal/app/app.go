@@ -20,6 +20,7 @@ import (
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
 	"hookd/internal/metrics"
+	"hookd/internal/outage"
 	"hookd/internal/replay"
 	"hookd/internal/retention"
 	"hookd/internal/send"
@@ -49,6 +50,14 @@ type Config struct {
 	Retention time.Duration
 	// Shed configures shedding at ingest (see shed); Threshold 0 turns it off.
 	Shed shed.Config
+	// HTTP bounds what one client may hold of the API server.
+	HTTP HTTPTimeouts
+	// Limits bound what one tenant may ask (zero: no limit; hookd serve
+	// starts with api's defaults).
+	Limits api.Limits
+	// Outage sets how the store's health is followed (zero: defaults);
+	// its Log is Log.
+	Outage outage.Config
 }
 
 type App struct {
@@ -65,6 +74,7 @@ type App struct {
 	keys     *api.KeyCache
 	http     *http.Server
 	metrics  *metrics.Metrics
+	outage   *outage.Tracker // whether the store commits: /readyz, and its outages' log
 	stopping atomic.Bool
 }
 
@@ -141,14 +151,19 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}
+	outCfg := cfg.Outage
+	outCfg.Log = cfg.Log
+	a.outage = outage.New(outCfg, st)
+	a.outage.Start()
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed, Keys: a.keys,
+		Limits: cfg.Limits, Outage: a.outage,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")
 			}
-			return nil
+			return a.outage.Err()
 		},
 	})
 	// The dashboard is static files calling /v1 from the browser; / leads to it.
@@ -156,7 +171,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	root.Handle("/", handler)
 	root.Handle("GET /ui/", ui.Handler())
 	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	a.http = &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	a.http = cfg.HTTP.server(api.Wrap(cfg.Log, root), cfg.Log)
 	return a, nil
 }
 
@@ -171,6 +186,11 @@ func (a *App) Serve(ln net.Listener) error {
 
 // Handler is the API and dashboard, for in-process use.
 func (a *App) Handler() http.Handler { return a.http.Handler }
+
+// MetricsHandler serves the node's metrics without credentials, for a
+// listener of its own (hookd serve --metrics-addr); the API port answers
+// GET /metrics only to the admin token.
+func (a *App) MetricsHandler() http.Handler { return a.metrics.Handler() }
 
 // Shutdown stops taking requests, lets accepted ones commit, lets in-flight
 // sends finish or time out (cancelled when ctx ends), writes their results
@@ -189,6 +209,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		a.cluster.stop()
 	}
 	a.dispatch.Stop(ctx)
+	a.outage.Stop()
 	serr := a.store.Close()
 	return errors.Join(herr, kerr, serr)
 }

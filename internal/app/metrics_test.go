@@ -1,6 +1,7 @@
 package app
 
 import (
+	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -14,11 +15,13 @@ import (
 	"hookd/internal/testenv"
 )
 
-// scrape fetches /metrics without credentials, as Prometheus does, and
-// parses the text format.
+// scrape fetches /metrics from the API port with the admin token, as a
+// Prometheus job given the token does, and parses the text format.
 func (e *env) scrape() map[string]*dto.MetricFamily {
 	e.t.Helper()
-	resp, err := http.Get(e.base + "/metrics")
+	req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -238,5 +241,36 @@ func TestMetricsGaugesShowBreakersAndRateLimits(t *testing.T) {
 	}
 	if got := value(t, fams, "hookd_attempts_total", "outcome=retry"); got != held+1 {
 		t.Errorf("attempts{retry} = %v, want %d", got, held+1)
+	}
+}
+
+// TestMetricsOnTheAPIPortAreAdminOnly: tenants reach the API port, so
+// /metrics there answers only the admin token (hookd serve --metrics-addr
+// serves it without credentials on a listener of its own).
+func TestMetricsOnTheAPIPortAreAdminOnly(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	key := e.admin.Must(201, "POST", "/v1/tenants", map[string]any{"id": "acme"})["api_key"].(string)
+	for _, c := range []struct {
+		token  string
+		status int
+		code   string
+	}{{"", 401, "unauthorized"}, {"hk_wrong", 401, "unauthorized"}, {key, 403, "forbidden"}} {
+		req, _ := http.NewRequest("GET", e.base+"/metrics", nil)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(body), `"code":"`+c.code+`"`) || strings.Contains(string(body), "hookd_") {
+			t.Errorf("GET /metrics with token %q: %d %s, want %d %s and no metric", c.token, resp.StatusCode, body, c.status, c.code)
+		}
+	}
+	if v := value(t, e.scrape(), "hookd_events_rejected_total", "reason=unauthorized"); v != 0 {
+		t.Errorf("a refused scrape counted as a rejected event: %v", v)
 	}
 }

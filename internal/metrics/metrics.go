@@ -28,9 +28,12 @@ const (
 	ReasonNotFound     = "not_found"
 	ReasonUnavailable  = "unavailable"
 	ReasonInternal     = "internal"
+	ReasonRateLimited  = "rate_limited"
+	ReasonFull         = "full"
 )
 
-var reasons = []string{ReasonInvalid, ReasonTooLarge, ReasonUnauthorized, ReasonNotFound, ReasonUnavailable, ReasonInternal}
+var reasons = []string{ReasonInvalid, ReasonTooLarge, ReasonUnauthorized, ReasonNotFound, ReasonUnavailable, ReasonInternal,
+	ReasonRateLimited, ReasonFull}
 
 // Outcome is what one attempt did to its delivery (hookd_attempts_total).
 type Outcome int
@@ -199,6 +202,10 @@ func ReasonFor(code string) string {
 		return ReasonNotFound
 	case "unavailable":
 		return ReasonUnavailable
+	case "ingest_rate_limited":
+		return ReasonRateLimited
+	case "storage_full":
+		return ReasonFull
 	}
 	return ReasonInternal
 }

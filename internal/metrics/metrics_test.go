@@ -40,6 +40,7 @@ func TestRejectionReasonsAreAClosedSet(t *testing.T) {
 		"invalid": "invalid", "bad_request": "invalid", "too_large": "too_large",
 		"unauthorized": "unauthorized", "forbidden": "unauthorized", "not_found": "not_found",
 		"unavailable": "unavailable", "internal": "internal", "conflict": "internal", "": "internal",
+		"ingest_rate_limited": "rate_limited", "storage_full": "full",
 	} {
 		if got := ReasonFor(code); got != want {
 			t.Errorf("ReasonFor(%q) = %q, want %q", code, got, want)
@@ -98,9 +99,11 @@ hookd_endpoints_paused 9
 hookd_endpoints_rate_limited 2
 # HELP hookd_events_rejected_total POST /v1/events answered with an error, by reason.
 # TYPE hookd_events_rejected_total counter
+hookd_events_rejected_total{reason="full"} 0
 hookd_events_rejected_total{reason="internal"} 0
 hookd_events_rejected_total{reason="invalid"} 1
 hookd_events_rejected_total{reason="not_found"} 0
+hookd_events_rejected_total{reason="rate_limited"} 0
 hookd_events_rejected_total{reason="too_large"} 0
 hookd_events_rejected_total{reason="unauthorized"} 0
 hookd_events_rejected_total{reason="unavailable"} 0

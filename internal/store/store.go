@@ -17,6 +17,15 @@ var (
 	// ErrConflict: a row with that identity already exists, or the row is in
 	// a state that does not allow the change.
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: the database cannot take the call now (it cannot be
+	// reached, a connection was lost or refused, no connection came within
+	// the deadline, the server is shutting down). Nothing was written; the
+	// same call may succeed later. Any method may return it.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrFull: the database has no room to write (SQLite SQLITE_FULL,
+	// PostgreSQL disk_full). Nothing was written; reads may still work.
+	// Any writing method may return it.
+	ErrFull = errors.New("store full")
 )
 
 // Store is everything the API and the dispatcher need from storage. Every
@@ -161,6 +170,13 @@ type Store interface {
 	// deliveries (within retention) with the oldest of each. ErrNotFound if
 	// absent, deleted or another tenant's.
 	DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (DeliveryStats, error)
+	// HealthPing checks the database answers a read: cheap, for a periodic
+	// check while all is well. ErrUnavailable if it does not.
+	HealthPing(ctx context.Context) error
+	// HealthWrite commits one small write that needs free space, as an
+	// event's does: run only while writes fail, to tell when they commit
+	// again. ErrUnavailable or ErrFull while they cannot.
+	HealthWrite(ctx context.Context) error
 	// DeliveryRecordResults writes attempt outcomes in ONE transaction: each
 	// attempt row is inserted (a repeat of the same delivery and N is
 	// ignored), and its delivery is updated only if it is still pending and

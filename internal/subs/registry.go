@@ -173,6 +173,16 @@ func (r *Registry) Get(id string) (*core.Subscription, bool) {
 	return s, ok
 }
 
+// Count is how many live subscriptions tenantID has.
+func (r *Registry) Count(tenantID string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if ix := r.byTenant[tenantID]; ix != nil {
+		return len(ix.subs)
+	}
+	return 0
+}
+
 // Match returns the tenant's subscriptions whose patterns select eventType,
 // each once, ordered by ID. Pointers are shared: treat them as read-only.
 func (r *Registry) Match(tenantID, eventType string) []*core.Subscription {

@@ -72,11 +72,11 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 	q += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return store.Page[core.Delivery]{}, err
+		return store.Page[core.Delivery]{}, mapErr(err)
 	}
 	ds, err := collectDeliveries(rows)
 	if err != nil {
-		return store.Page[core.Delivery]{}, err
+		return store.Page[core.Delivery]{}, mapErr(err)
 	}
 	return store.PageOf(ds, limit, func(x core.Delivery) string { return x.ID }), nil
 }

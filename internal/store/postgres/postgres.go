@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net"
 	"runtime"
 	"strings"
 	"time"
@@ -187,10 +189,48 @@ func mapErr(err error) error {
 		return store.ErrNotFound
 	}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
-		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "23505": // unique_violation
+			return fmt.Errorf("%w: %v", store.ErrConflict, err)
+		case pe.Code == "53100": // disk_full
+			return fmt.Errorf("%w: %w", store.ErrFull, err)
+		case unavailableCode(pe.Code):
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+		return err
+	}
+	if unreachable(err) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailableCode: the server refuses work for now, not this statement:
+// connection exceptions (08), insufficient resources (53: too many
+// connections, out of memory), shutting down or starting (57P01-57P03), a
+// read-only standby after a failover (25006).
+func unavailableCode(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+		return true
+	}
+	switch code {
+	case "57P01", "57P02", "57P03", "25006":
+		return true
+	}
+	return false
+}
+
+// unreachable: no answer from the server at all. The connection could
+// not be made (refused, reset, DNS), was lost mid-call, or none came free
+// in the pool within the deadline.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // ts is a nullable time parameter: NULL for the zero time.

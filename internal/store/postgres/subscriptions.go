@@ -89,11 +89,11 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 		WHERE ($1 = '' OR tenant_id = $1) AND id > $2 AND deleted_at IS NULL
 		ORDER BY id LIMIT $3`, p.TenantID, p.Cursor, limit+1)
 	if err != nil {
-		return store.Page[core.Subscription]{}, err
+		return store.Page[core.Subscription]{}, mapErr(err)
 	}
 	subs, err := collectSubs(rows)
 	if err != nil {
-		return store.Page[core.Subscription]{}, err
+		return store.Page[core.Subscription]{}, mapErr(err)
 	}
 	return store.PageOf(subs, limit, func(x core.Subscription) string { return x.ID }), nil
 }

@@ -63,11 +63,11 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 	}
 	if !p.Since.IsZero() {
 		q += ` AND created_at >= ?`
-		args = append(args, p.Since.UnixNano())
+		args = append(args, ns(p.Since))
 	}
 	if !p.Until.IsZero() {
 		q += ` AND created_at < ?`
-		args = append(args, p.Until.UnixNano())
+		args = append(args, ns(p.Until))
 	}
 	if p.Cursor != "" {
 		q += ` AND id < ?`
@@ -77,11 +77,11 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 	args = append(args, limit+1)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return store.Page[core.Delivery]{}, err
+		return store.Page[core.Delivery]{}, mapErr(err)
 	}
 	ds, err := collectDeliveries(rows)
 	if err != nil {
-		return store.Page[core.Delivery]{}, err
+		return store.Page[core.Delivery]{}, mapErr(err)
 	}
 	return store.PageOf(ds, limit, func(x core.Delivery) string { return x.ID }), nil
 }

@@ -61,18 +61,18 @@ func (s *Store) ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
 	rows, err := s.r.QueryContext(ctx, `SELECT `+replayJobColumns+` FROM replay_jobs INDEXED BY replay_jobs_running
 		WHERE state = 'running' ORDER BY created_at`)
 	if err != nil {
-		return nil, err
+		return nil, mapErr(err)
 	}
 	defer rows.Close()
 	out := []core.ReplayJob{}
 	for rows.Next() {
 		j, err := scanReplayJob(rows)
 		if err != nil {
-			return nil, err
+			return nil, mapErr(err)
 		}
 		out = append(out, j)
 	}
-	return out, rows.Err()
+	return out, mapErr(rows.Err())
 }
 
 func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, error) {

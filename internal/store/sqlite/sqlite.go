@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -288,12 +289,22 @@ func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]str
 }
 
 // ns converts a time to stored form: unix nanoseconds, 0 for the zero time.
+// Nanoseconds in an int64 reach from 1677 to 2262; a time past either end
+// is stored as that end (UnixNano would wrap: 9999-12-31 came back as 1816,
+// and a replay from then resent deliveries outside its window).
 func ns(t time.Time) int64 {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return 0
+	case t.Before(minNs):
+		return math.MinInt64
+	case t.After(maxNs):
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
+
+var minNs, maxNs = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
 
 // tm is the inverse of ns.
 func tm(v int64) time.Time {
@@ -324,6 +335,15 @@ func mapErr(err error) error {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
 			return fmt.Errorf("%w: %v", store.ErrConflict, err)
 		}
+		switch se.Code() & 0xff { // the primary code of an extended one
+		case sqlite3.SQLITE_FULL:
+			return fmt.Errorf("%w: %w", store.ErrFull, err)
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) { // the writer did not come free in time
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
 }

@@ -119,11 +119,11 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 		WHERE (? = '' OR tenant_id = ?) AND id > ? AND deleted_at IS NULL
 		ORDER BY id LIMIT ?`, p.TenantID, p.TenantID, p.Cursor, limit+1)
 	if err != nil {
-		return store.Page[core.Subscription]{}, err
+		return store.Page[core.Subscription]{}, mapErr(err)
 	}
 	subs, err := collectSubs(rows)
 	if err != nil {
-		return store.Page[core.Subscription]{}, err
+		return store.Page[core.Subscription]{}, mapErr(err)
 	}
 	return store.PageOf(subs, limit, func(x core.Subscription) string { return x.ID }), nil
 }

@@ -58,6 +58,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryReplay", testDeliveryReplay},
 		{"DeliveryList", testDeliveryList},
 		{"ConcurrentIngest", testConcurrentIngest},
+		{"FarTimes", testFarTimes},
+		{"Health", testHealth},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

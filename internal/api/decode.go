@@ -1,0 +1,142 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	json "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"hookd/internal/core"
+)
+
+// maxBody bounds a request body: the largest payload plus room for the rest.
+const maxBody = core.MaxPayloadBytes + 64<<10
+
+// decode is the one way a handler reads its JSON body: exactly one JSON
+// object, valid UTF-8 throughout (the payload included: it is delivered as
+// application/json), member names matching the request's fields exactly
+// (encoding/json would take "TYPE" for "type"), no member twice at any
+// depth (which one wins differs between parsers), no unknown member, no
+// trailing data. Each refusal is a 400 naming the field at fault.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxBody)
+	if err := json.UnmarshalRead(body, v, json.RejectUnknownMembers(true)); err != nil {
+		return decodeError(err)
+	}
+	return nil
+}
+
+// opaque are request fields whose content is the client's own: an error
+// inside one names the field, and the message gives the JSON pointer.
+var opaque = map[string]bool{"payload": true}
+
+func decodeError(err error) error {
+	var mbe *http.MaxBytesError
+	var syn *jsontext.SyntacticError
+	var sem *json.SemanticError
+	switch {
+	case errors.As(err, &mbe):
+		return errTooLarge
+	case errors.As(err, &syn):
+		field, where := fieldOf(syn.JSONPointer)
+		switch {
+		case field == "" || errors.Is(syn.Err, io.ErrUnexpectedEOF):
+			return errBadRequest("body", "is not valid JSON: "+syn.Err.Error())
+		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
+			return errBadRequest(field, "duplicate key"+where+" (a key may appear once in an object)")
+		}
+		// Invalid UTF-8, a lone surrogate escape, a bad token inside a value.
+		return errBadRequest(field, syn.Err.Error()+where)
+	case errors.As(err, &sem):
+		field, where := fieldOf(sem.JSONPointer)
+		switch {
+		case field == "":
+			return errBadRequest("body", "must be one JSON object")
+		case errors.Is(sem.Err, json.ErrUnknownName):
+			return errBadRequest(field, "is not a known field (names match exactly, in lower case)")
+		}
+		return errBadRequest(field, "must be "+kindOf(sem.GoType)+where)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return errBadRequest("body", "is not valid JSON")
+	}
+	return errBadRequest("body", err.Error())
+}
+
+// fieldOf names the request field a JSON pointer is in, with list indexes
+// ("/event_types/1" is event_types[1]); inside an opaque field it also
+// returns where (" at /payload/a") for the message.
+func fieldOf(p jsontext.Pointer) (field, where string) {
+	for tok := range p.Tokens() {
+		switch {
+		case field == "":
+			field = tok
+			if opaque[tok] && p != "/"+jsontext.Pointer(tok) {
+				return field, " at " + string(p)
+			}
+		case isIndex(tok):
+			field += "[" + tok + "]"
+		default:
+			return field, " at " + string(p)
+		}
+	}
+	return field, ""
+}
+
+func isIndex(tok string) bool {
+	_, err := strconv.Atoi(tok)
+	return err == nil && !strings.HasPrefix(tok, "+") && !strings.HasPrefix(tok, "-")
+}
+
+// kindOf says what JSON a Go type takes, for "must be …".
+func kindOf(t reflect.Type) string {
+	if t == nil {
+		return "of another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "of another type"
+}
+
+// The times hookd takes: RFC 3339 has four-digit years, and nothing was
+// stored before 1970. Checked in UTC, so an offset cannot carry a time out.
+var (
+	minTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// parseTime is the one way a handler reads a time: RFC 3339, from 1970 to
+// 9999, returned in UTC. bad makes the refusal (400 for a query
+// parameter, 422 for a body field).
+func parseTime(field, v string, bad func(field, msg string) *apiError) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, bad(field, "must be an RFC 3339 time like 2026-01-02T15:04:05Z")
+	}
+	t = t.UTC()
+	if t.Before(minTime) || t.After(maxTime) {
+		return time.Time{}, bad(field, "must be from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z")
+	}
+	return t, nil
+}

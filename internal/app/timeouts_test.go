@@ -1,0 +1,83 @@
+package app
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// closedWithin reads conn until the server closes it, failing the test if
+// that takes longer than within (the read deadline).
+func closedWithin(t *testing.T, conn net.Conn, within time.Duration) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(within))
+	_, err := io.Copy(io.Discard, conn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the server still held the connection after %s", within)
+	}
+}
+
+// TestSlowClientsAreCutOff: a body that stalls and a keep-alive connection
+// left idle are closed by their timeouts, shortened here so the test takes
+// a fraction of a second; the defaults are tens of seconds.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	t.Parallel()
+	e, _ := startFile(t, func(c *Config) {
+		c.HTTP = HTTPTimeouts{Read: 200 * time.Millisecond, Idle: 200 * time.Millisecond}
+	})
+	addr := strings.TrimPrefix(e.base, "http://")
+	dial := func() net.Conn {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+
+	t.Run("stalled body, no credentials", func(t *testing.T) {
+		conn := dial()
+		io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: hookd\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+		closedWithin(t, conn, 5*time.Second)
+	})
+	t.Run("stalled body, admin token", func(t *testing.T) {
+		conn := dial()
+		io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: hookd\r\nAuthorization: Bearer "+adminToken+"\r\nContent-Length: 1000\r\n\r\n{")
+		closedWithin(t, conn, 5*time.Second)
+	})
+	t.Run("idle keep-alive", func(t *testing.T) {
+		conn := dial()
+		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: hookd\r\n\r\n")
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("healthz: %d, close %v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+		}
+		closedWithin(t, conn, 5*time.Second)
+	})
+	t.Run("oversized headers", func(t *testing.T) {
+		conn := dial()
+		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: hookd\r\nX-Big: "+strings.Repeat("a", MaxHeaderBytes+8<<10)+"\r\n\r\n")
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("%d KiB of headers: %d, want 431", (MaxHeaderBytes+8<<10)>>10, resp.StatusCode)
+		}
+	})
+}

@@ -1,0 +1,211 @@
+// Package outage follows whether a node's store can commit, for /readyz and
+// for the log. A store outage (store.ErrUnavailable, store.ErrFull) is
+// logged once when it begins (ERROR), again at most every Repeat while it
+// lasts with how many calls failed meanwhile, and once when it ends (INFO)
+// with how long it lasted: the API's error path reports each failed call
+// here instead of logging it (an 11 s PostgreSQL restart logged 4,128 ERROR
+// lines, and nothing when it came back).
+//
+// It ends only when a write commits again: while it lasts a prober tries
+// one (store.HealthWrite) every Probe, so readiness comes back without a
+// request and without a restart. While all is well the prober pings the
+// store (a read) every Ping, so an idle node notices an unreachable
+// database too; /readyz itself never touches the store.
+package outage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"hookd/internal/store"
+)
+
+// Checker is what the prober asks of the store.
+type Checker interface {
+	HealthPing(ctx context.Context) error
+	HealthWrite(ctx context.Context) error
+}
+
+type Config struct {
+	Log *slog.Logger
+	// Repeat is how often a lasting outage is logged again (default 30s).
+	Repeat time.Duration
+	// Ping is how often a healthy store is pinged (default 5s); Probe how
+	// often a write is tried while writes fail (default 1s).
+	Ping, Probe time.Duration
+}
+
+const (
+	DefaultRepeat = 30 * time.Second
+	DefaultPing   = 5 * time.Second
+	DefaultProbe  = time.Second
+	checkTimeout  = 5 * time.Second
+)
+
+// Kind names an outage for logs and readiness: unavailable or full.
+func Kind(err error) string {
+	if errors.Is(err, store.ErrFull) {
+		return "full"
+	}
+	return "unavailable"
+}
+
+// Is reports whether err is a store outage rather than the call's own fault.
+func Is(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFull)
+}
+
+// Tracker is one node's view of its store's health. Its methods are safe
+// for concurrent use and do nothing on a nil *Tracker. One mutex guards
+// the state; the prober goroutine only calls the methods.
+type Tracker struct {
+	cfg   Config
+	check Checker
+	now   func() time.Time // tests
+
+	mu       sync.Mutex
+	down     bool
+	err      error     // the latest failure of this outage
+	since    time.Time // when it began
+	logged   time.Time // when it was last logged
+	failures int       // failed calls since it was last logged
+	total    int       // failed calls in this outage
+
+	wake chan struct{} // a failure starts probing now
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// New makes a tracker; Start runs its prober.
+func New(cfg Config, check Checker) *Tracker {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Repeat <= 0 {
+		cfg.Repeat = DefaultRepeat
+	}
+	if cfg.Ping <= 0 {
+		cfg.Ping = DefaultPing
+	}
+	if cfg.Probe <= 0 {
+		cfg.Probe = DefaultProbe
+	}
+	return &Tracker{cfg: cfg, check: check, now: time.Now,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start runs the prober until Stop.
+func (t *Tracker) Start() { go t.loop() }
+
+// Stop ends the prober (before the store closes).
+func (t *Tracker) Stop() {
+	if t == nil {
+		return
+	}
+	t.once.Do(func() { close(t.quit) })
+	<-t.done
+}
+
+// Fail records a call that failed with a store outage (see Is). The first
+// begins the outage; later ones are counted and logged at most every Repeat.
+func (t *Tracker) Fail(err error) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.err = err
+	if !t.down {
+		t.down, t.since, t.logged, t.failures, t.total = true, now, now, 0, 1
+		t.cfg.Log.Error("store outage began", "kind", Kind(err), "err", err)
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	t.failures++
+	t.total++
+	if now.Sub(t.logged) >= t.cfg.Repeat {
+		t.cfg.Log.Error("store outage continues", "kind", Kind(err), "for", now.Sub(t.since).Round(time.Millisecond),
+			"failed_calls", t.failures, "err", err)
+		t.logged, t.failures = now, 0
+	}
+}
+
+// recovered ends an outage: a write committed.
+func (t *Tracker) recovered() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.down {
+		return
+	}
+	t.cfg.Log.Info("store outage ended", "kind", Kind(t.err), "lasted", t.now().Sub(t.since).Round(time.Millisecond),
+		"failed_calls", t.total)
+	t.down, t.err = false, nil
+}
+
+// Err is nil while the store commits, or says which outage and for how
+// long: store.ErrUnavailable or store.ErrFull. Not the driver's error: it
+// is shown on /readyz, which anyone reaching the node may call, and would
+// name the database's address; the log has it.
+func (t *Tracker) Err() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.down {
+		return nil
+	}
+	sentinel := store.ErrUnavailable
+	if errors.Is(t.err, store.ErrFull) {
+		sentinel = store.ErrFull
+	}
+	return fmt.Errorf("%w for %s (since %s; the log has the cause)", sentinel,
+		t.now().Sub(t.since).Round(time.Second), t.since.UTC().Format(time.RFC3339))
+}
+
+func (t *Tracker) isDown() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.down
+}
+
+// loop pings while all is well and probes with a write while it is not.
+func (t *Tracker) loop() {
+	defer close(t.done)
+	timer := time.NewTimer(t.cfg.Ping)
+	defer timer.Stop()
+	for {
+		select {
+		case <-t.quit:
+			return
+		case <-timer.C:
+		case <-t.wake:
+		}
+		down := t.isDown()
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		if down {
+			if err := t.check.HealthWrite(ctx); err != nil {
+				t.Fail(err)
+			} else {
+				t.recovered()
+			}
+		} else if err := t.check.HealthPing(ctx); err != nil {
+			t.Fail(err) // a read that fails: the store is unreachable
+		}
+		cancel()
+		next := t.cfg.Ping
+		if t.isDown() {
+			next = t.cfg.Probe
+		}
+		timer.Reset(next)
+	}
+}

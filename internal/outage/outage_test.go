@@ -1,0 +1,167 @@
+package outage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"hookd/internal/store"
+)
+
+// fakeStore fails its checks with err while err is set.
+type fakeStore struct {
+	mu            sync.Mutex
+	err           error
+	pings, writes int
+}
+
+func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
+
+// counts returns how many pings and probe writes it answered.
+func (f *fakeStore) counts() (pings, writes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pings, f.writes
+}
+
+func (f *fakeStore) HealthPing(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pings++
+	return f.err
+}
+
+func (f *fakeStore) HealthWrite(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	return f.err
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// lines returns the log lines whose msg is msg.
+func (l *logBuffer) lines(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, "msg=\""+msg+"\"") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable)
+
+// TestOutageLoggedOnceThenEveryRepeatThenEnded: a 65 s outage with a
+// failed call every half second logs one line when it begins, one every
+// 30 s while it lasts (with the count since the last), and one when a
+// probe write commits, with its length; readiness follows it.
+func TestOutageLoggedOnceThenEveryRepeatThenEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuffer
+		st := &fakeStore{}
+		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
+		tr.Start()
+		defer tr.Stop()
+
+		time.Sleep(12 * time.Second) // two pings, both fine
+		if pings, writes := st.counts(); tr.Err() != nil || pings != 2 || writes != 0 {
+			t.Fatalf("healthy: Err %v, %d pings, %d writes; want nil, 2, 0", tr.Err(), pings, writes)
+		}
+		start := time.Now()
+		st.set(errDown)
+		for range 130 { // 65 s of failed calls
+			tr.Fail(errDown)
+			time.Sleep(500 * time.Millisecond)
+		}
+		if err := tr.Err(); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "store unavailable for 1m5s") ||
+			strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("during the outage Err = %v, want store unavailable for 1m5s, without the driver's error", err)
+		}
+		st.set(nil)
+		time.Sleep(time.Second) // the next probe write commits
+		synctest.Wait()
+		if err := tr.Err(); err != nil {
+			t.Fatalf("after a probe committed: Err %v", err)
+		}
+		if n := len(logs.lines("store outage began")); n != 1 {
+			t.Errorf("%d 'began' lines, want 1", n)
+		}
+		cont := logs.lines("store outage continues")
+		if len(cont) != 2 || !strings.Contains(cont[0], "failed_calls=") || !strings.Contains(cont[0], "for=30s") {
+			t.Errorf("'continues' lines %q, want 2 (at 30 s and 60 s) with counts", cont)
+		}
+		// Ended by the probe at 65 s or 66 s (the probe and the last call
+		// wake at the same instant, in either order).
+		ended := logs.lines("store outage ended")
+		if len(ended) != 1 || !strings.Contains(ended[0], "level=INFO") ||
+			!(strings.Contains(ended[0], "lasted=1m5s") || strings.Contains(ended[0], "lasted=1m6s")) {
+			t.Errorf("'ended' lines %q, want one INFO with lasted=1m5s or 1m6s (from %s)", ended, start)
+		}
+		if n := strings.Count(logs.String(), "level=ERROR"); n != 3 {
+			t.Errorf("%d ERROR lines for one outage of 130 failed calls, want 3", n)
+		}
+	})
+}
+
+// TestIdleNodeNoticesAndRecovers: with no calls at all, the ping notices
+// an unreachable store and the probe notices its return.
+func TestIdleNodeNoticesAndRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuffer
+		st := &fakeStore{}
+		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
+		tr.Start()
+		defer tr.Stop()
+		full := fmt.Errorf("%w: database or disk is full", store.ErrFull)
+		st.set(full)
+		time.Sleep(DefaultPing)
+		synctest.Wait()
+		if err := tr.Err(); !errors.Is(err, store.ErrFull) || !strings.Contains(err.Error(), "store full") {
+			t.Fatalf("after a failed ping: Err %v, want store full", err)
+		}
+		time.Sleep(10 * time.Second)
+		if _, writes := st.counts(); writes < 9 {
+			t.Errorf("%d probe writes in 10 s of outage, want one a second", writes)
+		}
+		st.set(nil)
+		time.Sleep(DefaultProbe)
+		synctest.Wait()
+		if err := tr.Err(); err != nil {
+			t.Fatalf("after the store came back: Err %v", err)
+		}
+		if b, e := logs.lines("store outage began"), logs.lines("store outage ended"); len(b) != 1 || len(e) != 1 || !strings.Contains(b[0], "kind=full") {
+			t.Errorf("began %q, ended %q: want one each, kind=full", b, e)
+		}
+	})
+}
+
+func TestNilTrackerDoesNothing(t *testing.T) {
+	var tr *Tracker
+	tr.Fail(errDown)
+	tr.Stop()
+	if err := tr.Err(); err != nil {
+		t.Fatal(err)
+	}
+}

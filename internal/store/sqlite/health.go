@@ -1,0 +1,49 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"hookd/internal/core"
+)
+
+func (s *Store) HealthPing(ctx context.Context) error {
+	var one int
+	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", mapErr(err))
+	}
+	return nil
+}
+
+// probeFiller is the largest payload an event may carry: rewriting the
+// row allocates its pages before it frees the old ones, so the probe
+// commits only where the largest event would. A smaller one fitted in the
+// free pages of a full file and said ready while events answered 507.
+const probeFiller = core.MaxPayloadBytes
+
+func (s *Store) HealthWrite(ctx context.Context) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO health_probe (id, at, filler) VALUES (1, ?, zeroblob(?))
+			ON CONFLICT (id) DO UPDATE SET at = excluded.at, filler = excluded.filler`,
+			time.Now().UnixNano(), probeFiller)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: probe write: %w", mapErr(err))
+	}
+	return nil
+}
+
+// LimitPages caps the database at n pages (PRAGMA max_page_count, on the
+// one writer connection, until it closes; SQLite never caps below the
+// pages in use) and returns the cap in force. Tests fill the store with
+// it: writes that need a new page then fail as on a full disk.
+func (s *Store) LimitPages(ctx context.Context, n int64) (int64, error) {
+	var got int64
+	if err := s.w.QueryRowContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, n)).Scan(&got); err != nil {
+		return 0, fmt.Errorf("sqlite: max_page_count: %w", err)
+	}
+	return got, nil
+}
