@@ -19,6 +19,7 @@ import (
 	"hookd/internal/api"
 	"hookd/internal/app"
 	"hookd/internal/dispatch"
+	"hookd/internal/send"
 	"hookd/internal/shed"
 )
 
@@ -29,7 +30,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	adminTokenFlag := fs.String("admin-token", "", "bearer token with access to every tenant (generated and printed at start if empty and no --admin-token-file); on the command line other users see it in ps: prefer the file or HOOKD_ADMIN_TOKEN")
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin token (surrounding whitespace trimmed), instead of --admin-token")
 	var allow listFlag
-	fs.Var(&allow, "allow-network", "CIDR that deliveries may reach despite the SSRF guard, e.g. 127.0.0.0/8 for local development (repeatable)")
+	fs.Var(&allow, "allow-network", "CIDR, or host:port, that deliveries may reach despite the SSRF guard, e.g. 127.0.0.1:9000 for one local receiver (a name is resolved at start and opens those addresses on that port); a CIDR wider than /8 (IPv4) or /32 (IPv6) logs a warning (repeatable)")
 	hostConc := fs.Int("host-concurrency", 10, "in-flight attempts allowed per destination host (host:port), shared fairly among the endpoints active on it")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight sends may take to finish on SIGINT/SIGTERM")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -43,6 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ingestBurst := fs.Int("ingest-burst", api.DefaultIngestBurst, "events one tenant may post at once above --ingest-rate")
 	maxSubs := fs.Int("max-subscriptions", api.DefaultMaxSubscriptions, "live subscriptions one tenant may have; over it POST /v1/subscriptions answers 422; 0: no limit")
 	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
+	egressProxy := fs.String("egress-proxy", "", "http://[user:password@]host:port of an HTTP CONNECT proxy (e.g. Smokescreen) every delivery goes through; hookd resolves and checks each endpoint address itself and asks the proxy for that address; empty: direct")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -54,13 +56,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	prefixes := make([]netip.Prefix, 0, len(allow))
-	for _, c := range allow {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return fmt.Errorf("--allow-network %q: not a CIDR like 127.0.0.0/8", c)
+	allowed, err := send.ParseAllow(ctx, net.DefaultResolver, allow)
+	if err != nil {
+		return err
+	}
+	var proxy *url.URL
+	if *egressProxy != "" {
+		if proxy, err = send.ParseProxy(*egressProxy); err != nil {
+			return err
 		}
-		prefixes = append(prefixes, p.Masked())
 	}
 	if *hostConc < 1 {
 		return fmt.Errorf("--host-concurrency must be at least 1")
@@ -104,7 +108,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	a, err := app.Open(ctx, app.Config{
-		DB: *db, AdminToken: token, AllowNetworks: prefixes,
+		DB: *db, AdminToken: token, AllowNetworks: allowed.Networks, AllowAddrs: allowed.Addrs, EgressProxy: proxy,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
 		Shed:   shed.Config{Threshold: *shedAt},
@@ -114,7 +118,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := a.Listen("tcp", *addr)
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
 		defer cancel()
@@ -123,7 +127,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "hookd %s listening on http://%s (db %s)\n", version, ln.Addr(), redactDB(*db))
 	if *pprofAddr != "" {
-		srv, pln, err := servePprof(*pprofAddr)
+		srv, pln, err := servePprof(*pprofAddr, a.Listen)
 		if err != nil {
 			ln.Close()
 			sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
@@ -136,7 +140,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	if *metricsAddr != "" && *metricsAddr != "off" {
-		srv, mln, err := serveMetrics(*metricsAddr, a.MetricsHandler())
+		srv, mln, err := serveMetrics(*metricsAddr, a.MetricsHandler(), a.Listen)
 		if err != nil {
 			ln.Close()
 			sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
@@ -199,9 +203,10 @@ func redactDB(db string) string {
 const defaultMetricsAddr = "127.0.0.1:9464"
 
 // serveMetrics serves GET /metrics (h) on addr, a listener of its own:
-// the API port answers it only to the admin token.
-func serveMetrics(addr string, h http.Handler) (*http.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+// the API port answers it only to the admin token. listen is the node's,
+// so deliveries never reach it.
+func serveMetrics(addr string, h http.Handler, listen func(network, addr string) (net.Listener, error)) (*http.Server, net.Listener, error) {
+	ln, err := listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--metrics-addr: %w (give another address, or off for none)", err)
 	}
@@ -235,13 +240,14 @@ func checkPprofAddr(addr string) error {
 	return nil
 }
 
-// servePprof serves the Go profiler on addr, which must be loopback. The
-// handlers are mounted on their own mux, never on the API's.
-func servePprof(addr string) (*http.Server, net.Listener, error) {
+// servePprof serves the Go profiler on addr, which must be loopback,
+// through listen (hookd's, so deliveries never reach it). The handlers are
+// mounted on their own mux, never on the API's.
+func servePprof(addr string, listen func(network, addr string) (net.Listener, error)) (*http.Server, net.Listener, error) {
 	if err := checkPprofAddr(addr); err != nil {
 		return nil, nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--pprof: %w", err)
 	}

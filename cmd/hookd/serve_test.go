@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,7 +70,7 @@ func TestServeRefusesNonLoopbackPprof(t *testing.T) {
 }
 
 func TestPprofServesTheProfilerOnLoopback(t *testing.T) {
-	srv, ln, err := servePprof("127.0.0.1:0")
+	srv, ln, err := servePprof("127.0.0.1:0", net.Listen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestPprofServesTheProfilerOnLoopback(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(body) == 0 {
 		t.Fatalf("GET /debug/pprof/cmdline: %d %q", resp.StatusCode, body)
 	}
-	if _, _, err := servePprof("0.0.0.0:0"); err == nil {
+	if _, _, err := servePprof("0.0.0.0:0", net.Listen); err == nil {
 		t.Fatal("servePprof listened on every interface")
 	}
 }
@@ -184,5 +185,26 @@ func TestServeMetricsListener(t *testing.T) {
 	}
 	if st, body := get(api + "/metrics"); st != 401 || strings.Contains(body, "hookd_") {
 		t.Errorf("GET %s/metrics without a token: %d, want 401 and no metric", api, st)
+	}
+}
+
+func TestServeRefusesBadNetworkFlags(t *testing.T) {
+	for _, c := range []struct{ flag, value, want string }{
+		{"--allow-network", "127.0.0.1", `--allow-network "127.0.0.1": not a CIDR (127.0.0.0/8) or host:port`},
+		{"--allow-network", "127.0.0.1:0", `--allow-network "127.0.0.1:0": port must be`},
+		{"--allow-network", "10.0.0.0/40", `--allow-network "10.0.0.0/40": not a CIDR`},
+		{"--egress-proxy", "https://proxy.internal:4750", `--egress-proxy "https://proxy.internal:4750": the scheme must be http://`},
+		{"--egress-proxy", "http://user:secret@proxy.internal", `--egress-proxy "http://user:xxxxx@proxy.internal": needs a host and a port`},
+	} {
+		db := filepath.Join(t.TempDir(), "hookd.db")
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",
+			c.flag, c.value}, &stdout, &stderr)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("serve %s %s: err = %v, want prefix %q", c.flag, c.value, err, c.want)
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Errorf("%s %s: database opened before the flag was refused (stat: %v)", c.flag, c.value, err)
+		}
 	}
 }

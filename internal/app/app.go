@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,13 @@ type Config struct {
 	// Outage sets how the store's health is followed (zero: defaults);
 	// its Log is Log.
 	Outage outage.Config
+
+	// AllowAddrs opens one address on one port each past the SSRF guard
+	// (--allow-network host:port, names resolved by send.ParseAllow).
+	AllowAddrs []netip.AddrPort
+	// EgressProxy, if set, is the HTTP CONNECT proxy every delivery goes
+	// through (--egress-proxy; see send.Config.Proxy).
+	EgressProxy *url.URL
 }
 
 type App struct {
@@ -76,6 +84,8 @@ type App struct {
 	metrics  *metrics.Metrics
 	outage   *outage.Tracker // whether the store commits: /readyz, and its outages' log
 	stopping atomic.Bool
+	// guard also refuses this node's own listeners (Listen, Serve).
+	guard *send.Guard
 }
 
 // OpenStore opens the store a --db value names, running migrations: a
@@ -103,10 +113,19 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("loading subscriptions: %w", err)
 	}
 	reg := subs.New(all)
-	guard := send.NewGuard(cfg.AllowNetworks)
+	guard := send.NewGuard(cfg.AllowNetworks, cfg.AllowAddrs...)
+	if len(cfg.AllowNetworks) > 0 || len(cfg.AllowAddrs) > 0 {
+		cfg.Log.Info("SSRF guard opened by --allow-network", "networks", cfg.AllowNetworks, "addresses", cfg.AllowAddrs)
+	}
+	for _, p := range (send.Allow{Networks: cfg.AllowNetworks}).Wide() {
+		cfg.Log.Warn("--allow-network opens a range wider than a /8 (IPv4) or /32 (IPv6): every tenant's endpoints may reach any address in it, internal services and cloud metadata included; open single host:port addresses instead", "cidr", p)
+	}
+	if cfg.EgressProxy != nil {
+		cfg.Log.Info("deliveries go through an egress proxy", "proxy", cfg.EgressProxy.Redacted())
+	}
 	// Each node has its own registry: several nodes in one process (tests,
 	// benchmarks) never collide.
-	a := &App{cfg: cfg, store: st, subs: reg, metrics: metrics.New()}
+	a := &App{cfg: cfg, store: st, subs: reg, metrics: metrics.New(), guard: guard}
 	// Built before the dispatcher it wakes: nothing changes until Open returns.
 	a.subsvc = subs.NewService(st, reg, func(host, subID string) { a.dispatch.Wake(host, subID) })
 	// A store that leases shards or notifies is shared with other nodes.
@@ -119,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.dispatch = dispatch.New(dispatch.Config{
 		Store: st, Subs: reg, Log: cfg.Log,
-		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version}),
+		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version, Proxy: cfg.EgressProxy}),
 		HostConcurrency: cfg.HostConcurrency,
 		Metrics:         a.metrics,
 		Resync:          resync,
@@ -175,8 +194,38 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// Serve answers HTTP on ln until Shutdown.
+// Listen opens one of this node's own listeners (the API's, the
+// profiler's): deliveries are refused to it whatever --allow-network opens.
+// A literal address is refused before it is bound, so no delivery dialled
+// meanwhile reaches it; the address bound (a name's, port 0's) after.
+func (a *App) Listen(network, addr string) (net.Listener, error) {
+	if host, port, err := net.SplitHostPort(addr); err == nil && port != "0" {
+		if host == "" {
+			host = "::" // every address
+		}
+		if ap, err := netip.ParseAddrPort(net.JoinHostPort(host, port)); err == nil {
+			a.guard.Deny(ap)
+		}
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	a.own(ln)
+	return ln, nil
+}
+
+// own refuses deliveries to ln's address.
+func (a *App) own(ln net.Listener) {
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok {
+		a.guard.Deny(ta.AddrPort())
+	}
+}
+
+// Serve answers HTTP on ln until Shutdown. Deliveries to ln are refused
+// (see Listen, which refuses them from before ln is bound).
 func (a *App) Serve(ln net.Listener) error {
+	a.own(ln)
 	err := a.http.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

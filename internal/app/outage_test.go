@@ -117,7 +117,7 @@ func TestPostgresUnreachableAnswers503ThenRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := testenv.NewProxy(t, u.Host)
+	proxy := testenv.NewTCPProxy(t, u.Host)
 	u.Host = proxy.Addr
 	var log logBuffer
 	e := serve(t, Config{

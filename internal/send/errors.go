@@ -49,6 +49,9 @@ func classifyErr(parent, attempt context.Context, err error, timeout time.Durati
 		authErr x509.UnknownAuthorityError
 	)
 	switch {
+	case errors.Is(err, errProxy):
+		// The proxy's failure, not the endpoint's: say so, whatever the cause.
+		return Retry, short(innermost(err).Error()), true
 	case errors.As(err, &dnsErr):
 		if dnsErr.IsNotFound {
 			return Retry, "dns: no such host " + dnsErr.Name, true

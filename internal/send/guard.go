@@ -5,9 +5,13 @@ package send
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -16,9 +20,14 @@ var ErrBlocked = errors.New("blocked")
 
 // Guard decides which IP addresses deliveries may reach. Endpoint URLs are
 // attacker-controlled, so everything internal is refused unless an operator
-// opened it with --allow-network.
+// opened it with --allow-network, and hookd's own listeners are refused
+// whatever is open.
 type Guard struct {
-	allow []netip.Prefix
+	allow     []netip.Prefix   // whole ranges
+	allowAddr []netip.AddrPort // one address and port each (unmapped)
+
+	mu   sync.Mutex                       // serialises Deny
+	deny atomic.Pointer[[]netip.AddrPort] // hookd's own listeners; read at every dial
 }
 
 type blockedRange struct {
@@ -74,22 +83,125 @@ var (
 )
 
 // NewGuard returns a guard that blocks internal and special-purpose
-// addresses except those inside allow.
-func NewGuard(allow []netip.Prefix) *Guard {
+// addresses except those inside allow, and those of addrs on their port.
+func NewGuard(allow []netip.Prefix, addrs ...netip.AddrPort) *Guard {
 	g := &Guard{}
 	for _, p := range allow {
-		// An IPv4-mapped prefix is stored as the IPv4 prefix it means.
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		g.allow = append(g.allow, p.Masked())
+		g.allow = append(g.allow, normalPrefix(p))
+	}
+	for _, ap := range addrs {
+		g.allowAddr = append(g.allowAddr, netip.AddrPortFrom(ap.Addr().WithZone("").Unmap(), ap.Port()))
 	}
 	return g
 }
 
-// Allowed reports whether ip may be dialled.
+// normalPrefix is p masked, an IPv4-mapped prefix as the IPv4 prefix it means.
+func normalPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.Masked()
+}
+
+// Deny refuses addrs whatever is allowed: they are hookd's own listeners,
+// which a tenant must never reach (its API, metrics, profiler). An
+// unspecified address (0.0.0.0, ::) stands for every local address on its
+// port. Safe to call while deliveries are being dialled.
+func (g *Guard) Deny(addrs ...netip.AddrPort) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var next []netip.AddrPort
+	if cur := g.deny.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	for _, ap := range addrs {
+		ap = netip.AddrPortFrom(ap.Addr().WithZone("").Unmap(), ap.Port())
+		if !slices.Contains(next, ap) {
+			next = append(next, ap)
+		}
+	}
+	g.deny.Store(&next)
+}
+
+// Allowed reports whether ip may be dialled on any port (host:port rules
+// aside).
 func (g *Guard) Allowed(ip netip.Addr) bool {
 	return g.reason(ip) == ""
+}
+
+// addrRule reports whether a host:port rule names ip (on any port).
+func (g *Guard) addrRule(ip netip.Addr) bool {
+	ip = ip.WithZone("").Unmap()
+	for _, ap := range g.allowAddr {
+		if ap.Addr() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// check decides one address about to be dialled: hookd's own listeners
+// first, then the host:port rules, then the ranges.
+func (g *Guard) check(ap netip.AddrPort) error {
+	ip := ap.Addr().WithZone("").Unmap()
+	if g.own(ip, ap.Port()) {
+		return fmt.Errorf("%w: address %s is hookd's own listener", ErrBlocked, netip.AddrPortFrom(ip, ap.Port()))
+	}
+	for _, a := range g.allowAddr {
+		if a.Addr() == ip && a.Port() == ap.Port() {
+			return nil
+		}
+	}
+	if r := g.reason(ip); r != "" {
+		return blockedErr(ip, r)
+	}
+	return nil
+}
+
+// own reports whether ip:port reaches one of hookd's own listeners.
+// Dialling 0.0.0.0 or :: reaches this host too.
+func (g *Guard) own(ip netip.Addr, port uint16) bool {
+	deny := g.deny.Load()
+	if deny == nil {
+		return false
+	}
+	for _, d := range *deny {
+		if d.Port() != port {
+			continue
+		}
+		switch a := d.Addr(); {
+		case a.IsUnspecified():
+			// 0.0.0.0 listens on every IPv4 address of this host; :: on
+			// every address (Go's listeners are dual-stack).
+			if (a.Is6() || ip.Is4()) && isLocal(ip) {
+				return true
+			}
+		case ip == a, ip.IsUnspecified():
+			return true
+		}
+	}
+	return false
+}
+
+// isLocal reports whether ip is an address of this host. Interfaces are
+// read at each call (only for a dial to a listener's port), so an address
+// gained since start counts.
+func isLocal(ip netip.Addr) bool {
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell: refuse rather than risk reaching ourselves
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if local, ok := netip.AddrFromSlice(n.IP); ok && local.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // reason says why ip is blocked, or "" when it is allowed.
@@ -141,7 +253,8 @@ func blockedErr(ip netip.Addr, reason string) error {
 // CheckHost validates an endpoint's hostname at registration. IP literals,
 // including the legacy inet_aton spellings some resolvers still accept
 // (0x7f000001, 2130706433, 0177.0.0.1, 127.1), are checked now; names pass,
-// because Control checks whatever they resolve to at every dial.
+// because Control checks whatever they resolve to at every dial. An address
+// a host:port rule names passes too: its port is checked when dialled.
 func (g *Guard) CheckHost(hostname string) error {
 	h := strings.TrimSuffix(strings.TrimPrefix(hostname, "["), "]")
 	ip, err := netip.ParseAddr(h)
@@ -151,7 +264,7 @@ func (g *Guard) CheckHost(hostname string) error {
 			return nil
 		}
 	}
-	if r := g.reason(ip); r != "" {
+	if r := g.reason(ip); r != "" && !g.addrRule(ip) {
 		return blockedErr(ip, r)
 	}
 	return nil
@@ -164,10 +277,7 @@ func (g *Guard) Control(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("%w: cannot parse dial address %q", ErrBlocked, address)
 	}
-	if r := g.reason(ap.Addr()); r != "" {
-		return blockedErr(ap.Addr(), r)
-	}
-	return nil
+	return g.check(ap)
 }
 
 // parseInetAton parses the forms inet_aton(3) accepts: one to four parts,

@@ -2,7 +2,9 @@ package send
 
 import (
 	"errors"
+	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -140,5 +142,125 @@ func TestControl(t *testing.T) {
 	}
 	if err := g.Control("tcp", "8.8.8.8:443", nil); err != nil {
 		t.Errorf("Control(8.8.8.8:443) = %v, want nil", err)
+	}
+}
+
+// A host:port rule opens that address on that port only; CheckHost lets
+// its address through registration, the dial judges the port.
+func TestGuardAddrRules(t *testing.T) {
+	g := NewGuard(nil, netip.MustParseAddrPort("127.0.0.1:9000"), netip.MustParseAddrPort("[::ffff:10.0.0.7]:443"), netip.MustParseAddrPort("[::1]:9000"))
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9000":          true,
+		"[::ffff:127.0.0.1]:9000": true, // the mapped form of the same address
+		"127.0.0.1:9001":          false,
+		"127.0.0.2:9000":          false,
+		"10.0.0.7:443":            true, // a mapped rule is stored unmapped
+		"10.0.0.7:80":             false,
+		"[::1]:9000":              true,
+		"[::1]:9001":              false,
+		"169.254.169.254:80":      false,
+	} {
+		if err := g.Control("tcp", addr, nil); (err == nil) != ok {
+			t.Errorf("Control(%s) = %v, want allowed %v", addr, err, ok)
+		}
+	}
+	for _, host := range []string{"127.0.0.1", "[::1]", "10.0.0.7"} {
+		if err := g.CheckHost(host); err != nil {
+			t.Errorf("CheckHost(%s) = %v, want nil (a rule names it; the port is checked at dial)", host, err)
+		}
+	}
+	if err := g.CheckHost("127.0.0.2"); !errors.Is(err, ErrBlocked) {
+		t.Errorf("CheckHost(127.0.0.2) = %v, want blocked", err)
+	}
+}
+
+// hookd's own listeners are refused whatever is allowed; a listener on an
+// unspecified address stands for every local address on its port.
+func TestGuardDeniesOwnListeners(t *testing.T) {
+	g := NewGuard([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+		netip.MustParseAddrPort("127.0.0.1:8080"))
+	if err := g.Control("tcp", "127.0.0.1:8080", nil); err != nil {
+		t.Fatalf("before Deny: %v", err)
+	}
+	g.Deny(netip.MustParseAddrPort("127.0.0.1:8080"), netip.MustParseAddrPort("0.0.0.0:9090"), netip.MustParseAddrPort("[::]:7070"))
+	refused := []string{
+		"127.0.0.1:8080", "[::ffff:127.0.0.1]:8080", "0.0.0.0:8080", "[::]:8080", // the listener, and what reaches this host
+		"127.0.0.1:9090", "127.0.0.2:9090", "0.0.0.0:9090", // 0.0.0.0: every local IPv4 address
+		"127.0.0.1:7070", "[::1]:7070", "[::]:7070", // ::: every local address, both families
+	}
+	allowed := []string{"127.0.0.2:8080", "127.0.0.1:8081", "[::1]:8080", "[::1]:9090", "8.8.8.8:9090", "8.8.8.8:7070"}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(n.IP)
+		ip = ip.Unmap()
+		if ip.IsLinkLocalUnicast() {
+			continue // needs a zone to dial
+		}
+		refused = append(refused, netip.AddrPortFrom(ip, 7070).String())
+		if ip.Is4() {
+			refused = append(refused, netip.AddrPortFrom(ip, 9090).String())
+		}
+	}
+	for _, addr := range refused {
+		err := g.Control("tcp", addr, nil)
+		if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "hookd's own listener") {
+			t.Errorf("Control(%s) = %v, want blocked as hookd's own listener", addr, err)
+		}
+	}
+	for _, addr := range allowed {
+		if err := g.Control("tcp", addr, nil); err != nil {
+			t.Errorf("Control(%s) = %v, want allowed", addr, err)
+		}
+	}
+}
+
+func TestParseAllow(t *testing.T) {
+	dns := newDNSServer(t, func(name string, _ uint16, _ int) []netip.Addr {
+		if name == "receiver.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.9"), netip.MustParseAddr("::1")}
+		}
+		return nil
+	})
+	a, err := ParseAllow(t.Context(), dns.resolver(), []string{
+		"10.1.2.3/16", "::ffff:192.168.7.0/120", "127.0.0.1:9000", "[::1]:9001", "[::ffff:127.0.0.2]:9002", "receiver.test:9003",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNets := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("192.168.7.0/24")}
+	wantAddrs := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9000"), netip.MustParseAddrPort("[::1]:9001"),
+		netip.MustParseAddrPort("127.0.0.2:9002"), netip.MustParseAddrPort("127.0.0.9:9003"), netip.MustParseAddrPort("[::1]:9003")}
+	cmp := func(x, y netip.AddrPort) int { return x.Compare(y) }
+	slices.SortFunc(a.Addrs, cmp) // the resolver orders a name's addresses its own way
+	slices.SortFunc(wantAddrs, cmp)
+	if !slices.Equal(a.Networks, wantNets) || !slices.Equal(a.Addrs, wantAddrs) {
+		t.Fatalf("ParseAllow = %v %v, want %v %v", a.Networks, a.Addrs, wantNets, wantAddrs)
+	}
+	for _, bad := range []string{"127.0.0.1", "localhost", "10.0.0.0/33", "nonsense/8", "127.0.0.1:0", "127.0.0.1:70000",
+		"127.0.0.1:http", ":9000", "[fe80::1%eth0]:9000", "unknown.test:9000"} {
+		_, err := ParseAllow(t.Context(), dns.resolver(), []string{bad})
+		if err == nil || !strings.HasPrefix(err.Error(), `--allow-network "`+bad+`"`) {
+			t.Errorf("ParseAllow(%q) = %v, want an error naming it", bad, err)
+		}
+	}
+}
+
+func TestAllowWide(t *testing.T) {
+	a := Allow{Networks: []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"), netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("8.0.0.0/7"), netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("2000::/3"),
+		netip.MustParsePrefix("::ffff:0.0.0.0/96"), netip.MustParsePrefix("127.0.0.0/8"),
+	}}
+	want := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"), netip.MustParsePrefix("8.0.0.0/7"),
+		netip.MustParsePrefix("2000::/3"), netip.MustParsePrefix("0.0.0.0/0")}
+	if got := a.Wide(); !slices.Equal(got, want) {
+		t.Fatalf("Wide() = %v, want %v", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ var heads = sync.Pool{New: func() any { return new([core.MaxResponseHead]byte) }
 type Config struct {
 	Guard     *Guard // nil: NewGuard(nil), everything internal blocked
 	UserAgent string // e.g. "hookd/1.2.3"; empty: "hookd"
+	// Proxy, if set, is an HTTP CONNECT proxy every delivery goes through
+	// (http://[user:password@]host:port; see proxyDialer).
+	Proxy *url.URL
+	// Resolver resolves endpoint names (nil: net.DefaultResolver).
+	Resolver *net.Resolver
 }
 
 // Sender POSTs signed deliveries. It is safe for concurrent use and keeps
@@ -57,12 +63,17 @@ func New(cfg Config) *Sender {
 	if ua == "" {
 		ua = "hookd"
 	}
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second, Control: guard.Control}
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second, Control: guard.Control, Resolver: cfg.Resolver}
+	dial := dialer.DialContext
+	if cfg.Proxy != nil {
+		dial = newProxyDialer(cfg.Proxy, guard, cfg.Resolver).DialContext
+	}
 	tr := &http.Transport{
-		// Never a proxy from the environment: the proxy, not us, would pick
-		// the address dialled, bypassing the guard.
+		// Never the transport's own proxying (nor one from the environment):
+		// the proxy, not us, would resolve the name, out of the guard's
+		// sight. An egress proxy is reached through our own dialer.
 		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
+		DialContext:            dial,
 		ForceAttemptHTTP2:      true,
 		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    10 * time.Second,

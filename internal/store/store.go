@@ -177,13 +177,20 @@ type Store interface {
 	// event's does: run only while writes fail, to tell when they commit
 	// again. ErrUnavailable or ErrFull while they cannot.
 	HealthWrite(ctx context.Context) error
-	// DeliveryRecordResults writes attempt outcomes in ONE transaction: each
-	// attempt row is inserted (a repeat of the same delivery and N is
-	// ignored), and its delivery is updated only if it is still pending and
-	// its attempt_count is below N (a delivery skipped meanwhile stays
-	// skipped; a stale result never winds a delivery back). A result whose
-	// delivery no longer exists (Purge removed it while its attempt ran) is
-	// dropped: failing the batch would fail every other result in it.
+	// DeliveryRecordResults writes attempt outcomes in ONE transaction. A
+	// result moves its delivery on (state, next try, last status and error,
+	// attempt_count = N) only if the delivery is still pending and its
+	// attempt_count is below N (a delivery skipped meanwhile stays skipped;
+	// a stale result never winds a delivery back), and its attempt is
+	// inserted as number N. A result that cannot move its delivery on (e.g.
+	// from a node whose lease lapsed while its attempt ran, after the new
+	// owner recorded the delivery) was still a send: its attempt is inserted
+	// under the delivery's next free number and attempt_count raised to it,
+	// the rest of the delivery left alone, so attempt_count counts every
+	// send. An attempt already recorded (same delivery, start and duration:
+	// a retried call whose commit did land) is not written again. A result
+	// whose delivery no longer exists (Purge removed it while its attempt
+	// ran) is dropped: failing the batch would fail every other result in it.
 	DeliveryRecordResults(ctx context.Context, rs []AttemptResult) error
 }
 

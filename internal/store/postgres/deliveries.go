@@ -301,42 +301,55 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 }
 
 const (
-	insertAttemptsSQL = `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
-		SELECT * FROM unnest($1::text[], $2::int[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::text[])
-			AS a(delivery_id, n, started_at, duration_ns, status_code, error, response)
-		WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id FOR KEY SHARE)
+	// recordMovedSQL moves each delivery on from its attempt (if it is
+	// still pending and its attempt_count is below N) and inserts the
+	// attempts of those it moved, numbered N. An UPDATE ... FROM changes a
+	// row at most once, so each delivery appears once per call.
+	recordMovedSQL = `WITH r AS (
+			SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
+				$7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[])
+				AS r(id, n, status, error, state, next, now, started, dur, response)),
+		moved AS (
+			UPDATE deliveries d SET attempt_count = r.n, last_status = r.status, last_error = r.error,
+				state = r.state, next_attempt_at = r.next, updated_at = r.now
+			FROM r WHERE d.id = r.id AND d.state = 'pending' AND d.attempt_count < r.n
+			RETURNING d.id)
+		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+		SELECT r.id, r.n, r.started, r.dur, r.status, r.error, r.response FROM r JOIN moved USING (id)
 		ON CONFLICT (delivery_id, n) DO NOTHING`
-	updateResultsSQL = `UPDATE deliveries d SET attempt_count = r.n, last_status = r.status, last_error = r.error,
-		state = r.state, next_attempt_at = r.next, updated_at = r.now
-		FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[])
-			AS r(id, n, status, error, state, next, now)
-		WHERE d.id = r.id AND d.state = 'pending' AND d.attempt_count < r.n`
+	// recordOvertakenSQL runs after recordMovedSQL, when some result of the
+	// call did not record its attempt, on every result of the call: those
+	// whose attempt is not recorded yet (same start and duration) did not
+	// move their delivery on. They were still sends, so
+	// each is inserted under the delivery's next free number and counted in
+	// attempt_count; the state is left alone. The UPDATE's row lock orders
+	// nodes doing this for one delivery at once (a lock waiter reads the new
+	// attempt_count), and a delivery retention removed is skipped.
+	recordOvertakenSQL = `WITH r AS (
+			SELECT r.*, row_number() OVER (PARTITION BY r.id ORDER BY r.ord) AS k
+			FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::text[], $6::text[])
+				WITH ORDINALITY AS r(id, started, dur, status, error, response, ord)
+			WHERE NOT EXISTS (SELECT 1 FROM attempts a
+				WHERE a.delivery_id = r.id AND a.started_at = r.started AND a.duration_ns = r.dur)),
+		c AS (SELECT id, count(*) AS k FROM r GROUP BY id),
+		bumped AS (
+			UPDATE deliveries d SET attempt_count = greatest(d.attempt_count,
+				coalesce((SELECT max(a.n) FROM attempts a WHERE a.delivery_id = d.id), 0)) + c.k
+			FROM c WHERE d.id = c.id
+			RETURNING d.id, d.attempt_count - c.k AS top)
+		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+		SELECT r.id, b.top + r.k, r.started, r.dur, r.status, r.error, r.response FROM r JOIN bumped b USING (id)`
 )
 
-// DeliveryRecordResults sends every attempt in one INSERT and every update
-// in one UPDATE, in one round trip. A delivery named more than once gets one
-// UPDATE per occurrence, in order, as if the results were applied one by one
-// (an UPDATE ... FROM changes a row at most once).
+// DeliveryRecordResults sends one recordMovedSQL per occurrence of a
+// delivery, in order, as if the results were applied one by one, in one
+// round trip; then, only if some result did not record its attempt,
+// recordOvertakenSQL for those.
 func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	n := len(rs)
-	ids, errs, resps := make([]string, n), make([]string, n), make([]string, n)
-	ns, codes := make([]int32, n), make([]int32, n)
-	started, durs := make([]time.Time, n), make([]int64, n)
-	for i, r := range rs {
-		a := r.Attempt
-		ids[i], ns[i], started[i], durs[i] = a.DeliveryID, int32(a.N), a.StartedAt, int64(a.Duration)
-		codes[i], errs[i], resps[i] = int32(a.StatusCode), a.Error, a.Response
-	}
 	b := &pgx.Batch{}
-	// A result recorded twice (a retried call whose first commit did land)
-	// keeps the first row; attempt_count < n keeps a stale result from
-	// winding a delivery back. A result whose delivery retention removed
-	// while its attempt ran is dropped: the INSERT's EXISTS locks the row
-	// (KEY SHARE), so it waits for a Purge holding it and then sees whether
-	// the delivery is still there.
 	var rounds [][]store.AttemptResult
 	seen := map[string]int{}
 	for _, r := range rs {
@@ -349,18 +362,44 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 	}
 	for _, round := range rounds {
 		m := len(round)
-		ids, states, errs := make([]string, m), make([]string, m), make([]string, m)
-		ns, codes := make([]int32, m), make([]int32, m)
-		next, now := make([]pgtype.Timestamptz, m), make([]time.Time, m)
+		ids, states, errs, resps := make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+		ns, codes, durs := make([]int32, m), make([]int32, m), make([]int64, m)
+		next, now, started := make([]pgtype.Timestamptz, m), make([]time.Time, m), make([]time.Time, m)
 		for i, r := range round {
-			ids[i], ns[i], codes[i], errs[i] = r.Attempt.DeliveryID, int32(r.Attempt.N), int32(r.Attempt.StatusCode), r.Attempt.Error
+			a := r.Attempt
+			ids[i], ns[i], codes[i], errs[i] = a.DeliveryID, int32(a.N), int32(a.StatusCode), a.Error
 			states[i], next[i], now[i] = string(r.State), ts(r.NextAttemptAt), r.Now
+			started[i], durs[i], resps[i] = a.StartedAt, int64(a.Duration), a.Response
 		}
-		b.Queue(updateResultsSQL, ids, ns, codes, errs, states, next, now)
+		b.Queue(recordMovedSQL, ids, ns, codes, errs, states, next, now, started, durs, resps)
 	}
-	b.Queue(insertAttemptsSQL, ids, ns, started, durs, codes, errs, resps)
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.SendBatch(ctx, b).Close()
+		br := tx.SendBatch(ctx, b)
+		var recorded int64
+		for range rounds {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			recorded += tag.RowsAffected()
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if recorded == int64(len(rs)) {
+			return nil
+		}
+		n := len(rs)
+		ids, errs, resps := make([]string, n), make([]string, n), make([]string, n)
+		codes, durs, started := make([]int32, n), make([]int64, n), make([]time.Time, n)
+		for i, r := range rs {
+			a := r.Attempt
+			ids[i], started[i], durs[i] = a.DeliveryID, a.StartedAt, int64(a.Duration)
+			codes[i], errs[i], resps[i] = int32(a.StatusCode), a.Error, a.Response
+		}
+		_, err := tx.Exec(ctx, recordOvertakenSQL, ids, started, durs, codes, errs, resps)
+		return err
 	}))
 }
 

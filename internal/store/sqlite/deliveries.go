@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"hookd/internal/core"
@@ -308,13 +309,16 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 	return st, nil
 }
 
-// insertAttempts drops a result whose delivery retention removed while its
-// attempt ran (its foreign key would fail the whole batch).
+// insertAttempts inserts the attempts of results that move their delivery
+// on, numbered N: its condition is updateResults's, and it runs just before
+// it in the same transaction. (A delivery retention removed while its
+// attempt ran fails it too, so the foreign key never fails the batch.)
 var insertAttempts = newMultiRow(
 	`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
 		SELECT * FROM (VALUES`,
 	`(?, ?, ?, ?, ?, ?, ?)`,
-	`) AS v WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = v.column1)
+	`) AS v WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = v.column1
+			AND d.state = 'pending' AND d.attempt_count < v.column2)
 		ON CONFLICT (delivery_id, n) DO NOTHING`,
 	7)
 
@@ -336,32 +340,80 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 	return mapErr(s.rides.wait(ctx, s, rs))
 }
 
-// recordResults writes one batch of results in tx.
+// recordResults writes one batch of results in tx: each result that moves
+// its delivery on, its attempt numbered N; then, if some did not (another
+// node recorded the delivery meanwhile, or the call is a retry whose first
+// commit did land), each of those through recordOvertaken.
 func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.AttemptResult) error {
-	{
-		// A result recorded twice (a retried call whose first commit did land)
-		// keeps the first row; attempt_count < n keeps a stale result from
-		// winding a delivery back.
-		ins := make([]any, 0, len(rs)*insertAttempts.cols)
-		upd := make([]any, 0, len(rs)*updateResults.cols)
-		seen := make(map[string]bool, len(rs))
-		for _, r := range rs {
-			a := r.Attempt
-			if seen[a.DeliveryID] {
-				if err := s.execRows(ctx, tx, updateResults, upd); err != nil {
-					return err
-				}
-				upd, seen = upd[:0], map[string]bool{}
-			}
-			seen[a.DeliveryID] = true
-			ins = append(ins, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response)
-			upd = append(upd, a.N, a.StatusCode, a.Error, string(r.State), ns(r.NextAttemptAt), ns(r.Now), a.DeliveryID)
-		}
-		if err := s.execRows(ctx, tx, updateResults, upd); err != nil {
+	ins := make([]any, 0, len(rs)*insertAttempts.cols)
+	upd := make([]any, 0, len(rs)*updateResults.cols)
+	var moved int64
+	write := func() error {
+		n, err := s.execRowsCount(ctx, tx, insertAttempts, ins)
+		if err != nil {
 			return err
 		}
-		return s.execRows(ctx, tx, insertAttempts, ins)
+		moved += n
+		if _, err := s.execRowsCount(ctx, tx, updateResults, upd); err != nil {
+			return err
+		}
+		ins, upd = ins[:0], upd[:0]
+		return nil
 	}
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		a := r.Attempt
+		if seen[a.DeliveryID] {
+			if err := write(); err != nil {
+				return err
+			}
+			seen = map[string]bool{}
+		}
+		seen[a.DeliveryID] = true
+		ins = append(ins, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response)
+		upd = append(upd, a.N, a.StatusCode, a.Error, string(r.State), ns(r.NextAttemptAt), ns(r.Now), a.DeliveryID)
+	}
+	if err := write(); err != nil {
+		return err
+	}
+	if moved == int64(len(rs)) {
+		return nil
+	}
+	// recordOvertaken passes over the attempts just written (already recorded).
+	for _, r := range rs {
+		if err := recordOvertaken(ctx, tx, r.Attempt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordOvertaken records the attempt of a result that did not move its
+// delivery on: it was still a send (e.g. by a node whose lease lapsed while
+// it ran, after the new owner had recorded the delivery), so it is kept
+// under the next free number and counted in attempt_count, and the
+// delivery's state is left alone. An attempt already recorded (same start
+// and duration: a retried call whose first commit landed) is not written
+// twice; a delivery retention removed meanwhile is skipped.
+func recordOvertaken(ctx context.Context, tx *sql.Tx, a core.Attempt) error {
+	var n int
+	err := tx.QueryRowContext(ctx, `UPDATE deliveries SET attempt_count = max(attempt_count,
+			coalesce((SELECT max(n) FROM attempts WHERE delivery_id = ?1), 0)) + 1
+		WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM attempts
+			WHERE delivery_id = ?1 AND started_at = ?2 AND duration_ns = ?3)
+		RETURNING attempt_count`, a.DeliveryID, ns(a.StartedAt), int64(a.Duration)).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recording an overtaken attempt of %s: %w", a.DeliveryID, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, a.DeliveryID, n, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response)
+	if err != nil {
+		return fmt.Errorf("recording an overtaken attempt of %s: %w", a.DeliveryID, err)
+	}
+	return nil
 }
 
 func (s *Store) DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error) {

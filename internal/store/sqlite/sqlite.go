@@ -71,6 +71,13 @@ func newMultiRow(head, row, tail string, cols int) multiRow {
 
 // execRows runs m inside tx over rows of m.cols values each, flattened into args.
 func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m multiRow, args []any) error {
+	_, err := s.execRowsCount(ctx, tx, m, args)
+	return err
+}
+
+// execRowsCount is execRows, returning how many rows the statements changed.
+func (s *Store) execRowsCount(ctx context.Context, tx *sql.Tx, m multiRow, args []any) (int64, error) {
+	var changed int64
 	for len(args) > 0 {
 		n := len(args) / m.cols
 		i := len(rowChunks) - 1
@@ -83,16 +90,21 @@ func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m multiRow, args []any
 		k := rowChunks[i]
 		st, err := s.inTx(ctx, tx, m.sqls[i])
 		if err != nil {
-			return err
+			return changed, err
 		}
-		_, err = st.ExecContext(ctx, args[:k*m.cols]...)
+		res, err := st.ExecContext(ctx, args[:k*m.cols]...)
 		st.Close()
 		if err != nil {
-			return err
+			return changed, err
 		}
+		rows, err := res.RowsAffected()
+		if err != nil {
+			return changed, err
+		}
+		changed += rows
 		args = args[k*m.cols:]
 	}
-	return nil
+	return changed, nil
 }
 
 // inTx returns hot write statement q for use in tx.

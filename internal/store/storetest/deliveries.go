@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -318,9 +319,10 @@ func testDeliveryRecordResults(t *testing.T, s store.Store) {
 	check(retry, core.DeliveryPending, at(5*time.Minute), 503, "", rs[0].Attempt)
 	check(ok, core.DeliveryDelivered, time.Time{}, 204, "", rs[1].Attempt)
 	check(bad, core.DeliveryFailed, time.Time{}, 0, "dial tcp: connection refused", rs[2].Attempt)
+	// Its attempt was a send all the same: recorded and counted, the state left alone.
 	got, as := f.getDelivery(skipped.ID)
-	if got.State != core.DeliverySkipped || got.AttemptCount != 0 || !got.UpdatedAt.Equal(at(time.Second)) {
-		t.Fatalf("skipped delivery was updated: %+v", got)
+	if got.State != core.DeliverySkipped || got.AttemptCount != 1 || !got.UpdatedAt.Equal(at(time.Second)) {
+		t.Fatalf("skipped delivery: %+v, want still skipped (updated at +1s) with its attempt counted", got)
 	}
 	same(t, "attempt of a skipped delivery", as, []core.Attempt{rs[3].Attempt})
 
@@ -348,6 +350,118 @@ func testDeliveryRecordResults(t *testing.T, s store.Store) {
 	if got.State != core.DeliveryPending || got.AttemptCount != 1 || len(as) != 1 {
 		t.Fatalf("the batch's other result was not written: %+v with %d attempts", got, len(as))
 	}
+	if _, _, err := s.DeliveryGet(f.ctx, "", "dlv_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the missing delivery's result made it exist: %v", err)
+	}
+}
+
+// Two nodes sent one delivery: the first's lease lapsed while its attempt
+// ran, and the new owner sent it again. The result written second cannot
+// move the delivery on, but it was a send: its attempt is kept under the
+// next number and attempt_count counts both, the state staying what the
+// first result made it. A repeated call adds nothing.
+func testDeliveryRecordResultsOvertaken(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	sub := f.sub(f.tenant().ID, "a.example:443")
+	record := func(rs ...store.AttemptResult) {
+		t.Helper()
+		noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, rs))
+	}
+	result := func(d core.Delivery, n int, start time.Duration, status int, state core.DeliveryState, next time.Time) store.AttemptResult {
+		a := core.Attempt{DeliveryID: d.ID, N: n, StartedAt: at(start), Duration: 250 * time.Millisecond, StatusCode: status,
+			Response: fmt.Sprintf("answer %d", status)}
+		if status == 0 {
+			a.Duration, a.Error = 10*time.Second, "timeout after 10s"
+		}
+		return store.AttemptResult{Attempt: a, State: state, NextAttemptAt: next, Now: at(start + a.Duration)}
+	}
+	renumbered := func(r store.AttemptResult, n int) core.Attempt {
+		a := r.Attempt
+		a.N = n
+		return a
+	}
+
+	// The new owner delivers it; then the stale node's result (a timeout)
+	// arrives: both attempts kept, delivered, attempt_count 2.
+	d := f.deliver(sub, at(0))
+	owner := result(d, 1, 20*time.Second, 200, core.DeliveryDelivered, time.Time{})
+	stale := result(d, 1, time.Second, 0, core.DeliveryPending, at(time.Minute))
+	record(owner)
+	record(stale)
+	want := d
+	want.State, want.AttemptCount, want.LastStatus, want.NextAttemptAt = core.DeliveryDelivered, 2, 200, time.Time{}
+	want.UpdatedAt = owner.Now
+	check := func(what string, d, want core.Delivery, attempts ...core.Attempt) {
+		t.Helper()
+		got, as := f.getDelivery(d.ID)
+		same(t, what+": delivery", got, want)
+		same(t, what+": attempts", as, attempts)
+	}
+	check("stale result after the owner's", d, want, owner.Attempt, renumbered(stale, 2))
+	record(stale, owner) // a retried call whose commit had landed
+	check("the same results again", d, want, owner.Attempt, renumbered(stale, 2))
+
+	// The owner's try kept it pending; the stale node's (delivered) result
+	// comes next and is counted without deciding anything: the owner's
+	// next try, numbered from the new count, decides.
+	p := f.deliver(sub, at(0))
+	retry := result(p, 1, 20*time.Second, 503, core.DeliveryPending, at(5*time.Minute))
+	late := result(p, 1, time.Second, 200, core.DeliveryDelivered, time.Time{})
+	record(retry)
+	record(late)
+	wantP := p
+	wantP.AttemptCount, wantP.LastStatus, wantP.NextAttemptAt, wantP.UpdatedAt = 2, 503, at(5*time.Minute), retry.Now
+	check("delivered by the stale node after the owner's retry", p, wantP, retry.Attempt, renumbered(late, 2))
+	next := result(p, 3, 6*time.Minute, 200, core.DeliveryDelivered, time.Time{})
+	record(next)
+	wantP.State, wantP.AttemptCount, wantP.LastStatus, wantP.NextAttemptAt, wantP.UpdatedAt = core.DeliveryDelivered, 3, 200, time.Time{}, next.Now
+	check("the owner's next try", p, wantP, retry.Attempt, renumbered(late, 2), next.Attempt)
+
+	// Both results in one call, the owner's first.
+	q := f.deliver(sub, at(0))
+	ownerQ := result(q, 1, 20*time.Second, 200, core.DeliveryDelivered, time.Time{})
+	staleQ := result(q, 1, time.Second, 0, core.DeliveryPending, at(time.Minute))
+	record(ownerQ, staleQ)
+	wantQ := q
+	wantQ.State, wantQ.AttemptCount, wantQ.LastStatus, wantQ.NextAttemptAt, wantQ.UpdatedAt = core.DeliveryDelivered, 2, 200, time.Time{}, ownerQ.Now
+	check("both in one call", q, wantQ, ownerQ.Attempt, renumbered(staleQ, 2))
+
+	// Several nodes' results for one delivery at once: each attempt gets a
+	// number of its own, and the count is all of them.
+	const nodes = 6
+	cs := []core.Delivery{f.deliver(sub, at(0)), f.deliver(sub, at(0)), f.deliver(sub, at(0))}
+	errc := make(chan error, nodes*len(cs))
+	for _, c := range cs {
+		for i := range nodes {
+			go func() {
+				r := result(c, 1, time.Duration(i+1)*time.Second, 500+i, core.DeliveryPending, at(time.Hour))
+				errc <- s.DeliveryRecordResults(f.ctx, []store.AttemptResult{r})
+			}()
+		}
+	}
+	for range nodes * len(cs) {
+		noErr(t, "concurrent DeliveryRecordResults", <-errc)
+	}
+	for _, c := range cs {
+		got, as := f.getDelivery(c.ID)
+		if got.AttemptCount != nodes || len(as) != nodes || got.State != core.DeliveryPending {
+			t.Fatalf("concurrent results: attempt_count %d, %d attempts, %s; want %d, %d, pending", got.AttemptCount, len(as), got.State, nodes, nodes)
+		}
+		starts := map[time.Time]bool{}
+		for i, a := range as {
+			if a.N != i+1 {
+				t.Fatalf("concurrent results numbered %+v, want 1 to %d", as, nodes)
+			}
+			starts[a.StartedAt] = true
+		}
+		if len(starts) != nodes {
+			t.Fatalf("concurrent results: %d distinct attempts recorded, want %d", len(starts), nodes)
+		}
+	}
+
+	// A result for a delivery retention removed is still dropped, whatever its number.
+	noErr(t, "a result for a missing delivery", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{
+		{Attempt: core.Attempt{DeliveryID: "dlv_missing", N: 3, StartedAt: at(0)}, State: core.DeliveryDelivered, Now: at(0)}}))
 	if _, _, err := s.DeliveryGet(f.ctx, "", "dlv_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the missing delivery's result made it exist: %v", err)
 	}

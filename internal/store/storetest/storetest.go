@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PurgeConcurrent", testPurgeConcurrent},
 		{"ReplayJobs", testReplayJobs},
 		{"DeliveryRecordResults", testDeliveryRecordResults},
+		{"DeliveryRecordResultsOvertaken", testDeliveryRecordResultsOvertaken},
 		{"DeliveryReplay", testDeliveryReplay},
 		{"DeliveryList", testDeliveryList},
 		{"ConcurrentIngest", testConcurrentIngest},

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// Proxy forwards TCP connections from a loopback port to a target, and can
+// TCPProxy forwards TCP connections from a loopback port to a target, and can
 // cut them: a database made unreachable for one node without touching the
 // server other tests share.
-type Proxy struct {
+type TCPProxy struct {
 	Addr   string // host:port to connect to instead of the target
 	target string
 	ln     net.Listener
@@ -21,14 +21,14 @@ type Proxy struct {
 	wg    sync.WaitGroup
 }
 
-// NewProxy listens on 127.0.0.1 and forwards to target until the test ends.
-func NewProxy(t testing.TB, target string) *Proxy {
+// NewTCPProxy listens on 127.0.0.1 and forwards to target until the test ends.
+func NewTCPProxy(t testing.TB, target string) *TCPProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
+	p := &TCPProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
@@ -41,7 +41,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 
 // Cut closes every forwarded connection, and closes new ones as soon as
 // they are accepted, until Restore.
-func (p *Proxy) Cut() {
+func (p *TCPProxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
@@ -52,13 +52,13 @@ func (p *Proxy) Cut() {
 }
 
 // Restore forwards new connections again.
-func (p *Proxy) Restore() {
+func (p *TCPProxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
 }
 
-func (p *Proxy) accept() {
+func (p *TCPProxy) accept() {
 	defer p.wg.Done()
 	for {
 		in, err := p.ln.Accept()
@@ -73,7 +73,7 @@ func (p *Proxy) accept() {
 	}
 }
 
-func (p *Proxy) forward(in net.Conn) {
+func (p *TCPProxy) forward(in net.Conn) {
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
 		in.Close()
