@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
+	keyFile := fs.String("secret-key-file", "", secretKeyFileUsage)
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -76,11 +77,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token or HOOKD_ADMIN_TOKEN to keep one): %s\n", *adminToken)
 	}
 
+	keys, err := app.SecretKeys(*db, *keyFile, os.Getenv("HOOKD_SECRET_KEY"), log)
+	if err != nil {
+		return err
+	}
+
 	a, err := app.Open(ctx, app.Config{
 		DB: *db, AdminToken: *adminToken, AllowNetworks: prefixes,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
-		Shed: shed.Config{Threshold: *shedAt},
+		Shed: shed.Config{Threshold: *shedAt}, Keys: keys,
 	})
 	if err != nil {
 		return err
@@ -118,6 +124,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return errors.Join(err, a.Shutdown(sctx))
 }
 
+// secretKeyFileUsage is --secret-key-file's help, shared by serve and rekey.
+const secretKeyFileUsage = "file of the keys sealing secrets at rest: each the base64 of 32 random bytes (openssl rand -base64 32), one per line, the first sealing, the others only opening. " +
+	"Or HOOKD_SECRET_KEY holds the keys themselves, comma-separated (no flag for it, so they never show in ps). " +
+	"Default on SQLite: <db>.key, generated at first start (back it up with the database); PostgreSQL needs one, the same on every node"
+
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", "migrate [flags]", stderr)
 	db := fs.String("db", "./hookd.db", "SQLite file path, or postgres:// URL (search_path=SCHEMA selects a schema)")
@@ -127,12 +138,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
-	st, err := app.OpenStore(ctx, *db)
-	if err != nil {
+	if err := app.Migrate(ctx, *db); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "migrated %s\n", redactDB(*db))
-	return st.Close()
+	return nil
 }
 
 // redactDB is a --db value fit to print: a database URL loses its
