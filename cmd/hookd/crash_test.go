@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"hookd/internal/seal"
 	"hookd/internal/testenv"
 )
 
@@ -41,6 +42,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// clusterKey seals secrets in every PostgreSQL process of these tests.
+var clusterKey = seal.NewKey()
+
 type proc struct {
 	cmd  *exec.Cmd
 	base string
@@ -54,6 +58,11 @@ func startProc(t *testing.T, db string, extra ...string) *proc {
 		"--admin-token", "crash-admin", "--allow-network", "127.0.0.0/8", "--log-level", "error",
 		"--metrics-addr", "127.0.0.1:0"}, extra...)
 	cmd := exec.Command(hookdBin, args...)
+	if strings.HasPrefix(db, "postgres") {
+		// Every node of a cluster holds the same keys; on SQLite the
+		// process makes (and after a restart reuses) the key file.
+		cmd.Env = append(os.Environ(), "HOOKD_SECRET_KEY="+clusterKey)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ usage: hookd <command> [flags]
 commands:
   serve     run the API and the dispatcher (embedded SQLite by default)
   migrate   create or upgrade the database schema, then exit
+  rekey     seal every stored secret under the first secret key (after adding a key)
   listen    run a local receiver that prints and verifies deliveries
   bench     measure throughput, lag and cost against loopback receivers
   version   print the version
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args[1:], stdout, stderr)
+	case "rekey":
+		return runRekey(ctx, args[1:], stdout, stderr)
 	case "listen":
 		return runListen(ctx, args[1:], stdout, stderr)
 	case "bench":

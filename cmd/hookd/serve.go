@@ -45,6 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxSubs := fs.Int("max-subscriptions", api.DefaultMaxSubscriptions, "live subscriptions one tenant may have; over it POST /v1/subscriptions answers 422; 0: no limit")
 	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	egressProxy := fs.String("egress-proxy", "", "http://[user:password@]host:port of an HTTP CONNECT proxy (e.g. Smokescreen) every delivery goes through; hookd resolves and checks each endpoint address itself and asks the proxy for that address; empty: direct")
+	keyFile := fs.String("secret-key-file", "", secretKeyFileUsage)
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -107,11 +108,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "admin token (generated for this run; set --admin-token-file or HOOKD_ADMIN_TOKEN to keep one): %s\n", token)
 	}
 
+	keys, err := app.SecretKeys(*db, *keyFile, os.Getenv("HOOKD_SECRET_KEY"), log)
+	if err != nil {
+		return err
+	}
+
 	a, err := app.Open(ctx, app.Config{
 		DB: *db, AdminToken: token, AllowNetworks: allowed.Networks, AllowAddrs: allowed.Addrs, EgressProxy: proxy,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
-		Shed:   shed.Config{Threshold: *shedAt},
+		Shed: shed.Config{Threshold: *shedAt}, Keys: keys,
 		HTTP:   app.HTTPTimeouts{Idle: *idle},
 		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},
 	})
@@ -164,6 +170,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return errors.Join(err, a.Shutdown(sctx))
 }
 
+// secretKeyFileUsage is --secret-key-file's help, shared by serve and rekey.
+const secretKeyFileUsage = "file of the keys sealing secrets at rest: each the base64 of 32 random bytes (openssl rand -base64 32), one per line, the first sealing, the others only opening. " +
+	"Or HOOKD_SECRET_KEY holds the keys themselves, comma-separated (no flag for it, so they never show in ps). " +
+	"Default on SQLite: <db>.key, generated at first start (back it up with the database); PostgreSQL needs one, the same on every node"
+
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", "migrate [flags]", stderr)
 	db := fs.String("db", "./hookd.db", "SQLite file path, or postgres:// URL (search_path=SCHEMA selects a schema)")
@@ -173,12 +184,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
-	st, err := app.OpenStore(ctx, *db)
-	if err != nil {
+	if err := app.Migrate(ctx, *db); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "migrated %s\n", redactDB(*db))
-	return st.Close()
+	return nil
 }
 
 // redactDB is a --db value fit to print: a database URL loses its

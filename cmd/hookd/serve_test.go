@@ -208,3 +208,28 @@ func TestServeRefusesBadNetworkFlags(t *testing.T) {
 		}
 	}
 }
+
+// On PostgreSQL serve refuses to start without a secret key, naming the
+// flag, before connecting to anything.
+func TestServeRefusesPostgresWithoutSecretKey(t *testing.T) {
+	t.Setenv("HOOKD_SECRET_KEY", "")
+	t.Setenv("HOOKD_SECRET_KEY_FILE", "")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--db", "postgres://hookd@127.0.0.1:1/none", "--addr", "127.0.0.1:0", "--admin-token", "t"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--secret-key-file") || !strings.Contains(err.Error(), "HOOKD_SECRET_KEY") {
+		t.Fatalf("serve on PostgreSQL without a key: %v, want a refusal naming --secret-key-file and HOOKD_SECRET_KEY", err)
+	}
+}
+
+// --help says the key file's format.
+func TestServeHelpSaysTheKeyFormat(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "--help"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-secret-key-file", "base64 of 32 random bytes", "HOOKD_SECRET_KEY"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("serve --help does not say %q", want)
+		}
+	}
+}

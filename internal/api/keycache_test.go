@@ -11,6 +11,7 @@ import (
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
+	"hookd/internal/testenv"
 )
 
 // countingStore counts key reads and last-use writes, and can hold a key
@@ -53,7 +54,7 @@ type keyBundle struct {
 
 func setupKeys(t *testing.T, expires time.Time) *keyBundle {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hookd.db"))
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hookd.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}

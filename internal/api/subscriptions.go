@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"hookd/internal/core"
@@ -23,6 +24,8 @@ type subscriptionFields struct {
 	MaxConcurrency   *int      `json:"max_concurrency"`
 	RateLimit        *float64  `json:"rate_limit"`
 	RetryStatusCodes *[]int    `json:"retry_status_codes"`
+	// Headers replaces the endpoint's headers as a whole; {} clears them.
+	Headers *map[string]string `json:"headers"`
 }
 
 type createSubscriptionRequest struct {
@@ -51,20 +54,47 @@ type subscriptionJSON struct {
 	CreatedAt        time.Time `json:"created_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	Secret           string    `json:"secret,omitempty"`
+	// Headers shows names only: each value is Redacted.
+	Headers map[string]string `json:"headers"`
 }
+
+// Redacted stands for every header value in answers. Not a hint such as
+// the last characters: values are credentials of unknown shape, and a
+// short one (a PIN, an API key's tail) would be given away by any hint.
+const Redacted = "[redacted]"
 
 func toSubscriptionJSON(s core.Subscription) subscriptionJSON {
 	codes := s.RetryStatusCodes
 	if codes == nil {
 		codes = []int{}
 	}
+	headers := make(map[string]string, len(s.Headers))
+	for name := range s.Headers {
+		headers[name] = Redacted
+	}
 	return subscriptionJSON{
-		ID: s.ID, TenantID: s.TenantID, URL: s.URL, EventTypes: s.EventTypes,
+		ID: s.ID, TenantID: s.TenantID, URL: redactURL(s.URL), EventTypes: s.EventTypes, Headers: headers,
 		State: string(s.State), DisabledReason: s.DisabledReason, Ordered: s.Ordered,
 		RetrySchedule: core.FormatDurations(s.Schedule()), Timeout: s.SendTimeout().String(),
 		MaxConcurrency: s.MaxConcurrency, RateLimit: s.RateLimit, RetryStatusCodes: codes,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
+}
+
+// redactURL hides the credentials of a URL stored with them by a release
+// before headers (the store moves them to a header when it opens; one may
+// be written meanwhile by a node of that release). The user part goes too:
+// it is often the token itself.
+func redactURL(raw string) string {
+	if !strings.Contains(raw, "@") {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	u.User = url.User("redacted")
+	return u.String()
 }
 
 // apply validates the given fields and sets them on sub. It changes sub
@@ -124,6 +154,13 @@ func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
 			}
 		}
 		next.RetryStatusCodes = *f.RetryStatusCodes
+	}
+	if f.Headers != nil {
+		h, err := core.ValidateHeaders("headers", *f.Headers)
+		if err != nil {
+			return err
+		}
+		next.Headers = h
 	}
 	*sub = next
 	return nil

@@ -24,6 +24,7 @@ import (
 	"hookd/internal/outage"
 	"hookd/internal/replay"
 	"hookd/internal/retention"
+	"hookd/internal/seal"
 	"hookd/internal/send"
 	"hookd/internal/shed"
 	"hookd/internal/store"
@@ -66,6 +67,10 @@ type Config struct {
 	// EgressProxy, if set, is the HTTP CONNECT proxy every delivery goes
 	// through (--egress-proxy; see send.Config.Proxy).
 	EgressProxy *url.URL
+	// Keys seal subscriptions' secrets and headers at rest (nil: on SQLite
+	// the key file next to the database, see SecretKeys; PostgreSQL
+	// refuses to start).
+	Keys *seal.Keyring
 }
 
 type App struct {
@@ -90,12 +95,22 @@ type App struct {
 
 // OpenStore opens the store a --db value names, running migrations: a
 // postgres:// or postgresql:// URL is a PostgreSQL database several nodes
-// can share, anything else a SQLite file path.
-func OpenStore(ctx context.Context, db string) (store.Store, error) {
+// can share, anything else a SQLite file path. keys seal and open
+// subscriptions' secrets and headers.
+func OpenStore(ctx context.Context, db string, keys *seal.Keyring) (store.Store, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-		return postgres.Open(ctx, db)
+		return postgres.Open(ctx, db, keys)
 	}
-	return sqlite.Open(ctx, db)
+	return sqlite.Open(ctx, db, keys)
+}
+
+// Migrate creates or upgrades the schema of the store a --db value names
+// and nothing else: it needs no keys.
+func Migrate(ctx context.Context, db string) error {
+	if isPostgres(db) {
+		return postgres.Migrate(ctx, db)
+	}
+	return sqlite.Migrate(ctx, db)
 }
 
 // Open starts every part but the HTTP listener.
@@ -103,9 +118,21 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	st, err := OpenStore(ctx, cfg.DB)
+	if cfg.Keys == nil {
+		k, err := SecretKeys(cfg.DB, "", "", cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Keys = k
+	}
+	cfg.Log.Info("secrets sealed at rest", "sealing_key", cfg.Keys.IDs()[0], "keys", strings.Join(cfg.Keys.IDs(), ","))
+	st, err := OpenStore(ctx, cfg.DB, cfg.Keys)
 	if err != nil {
 		return nil, err
+	}
+	if s, ok := st.(interface{ SealedAtOpen() int }); ok && s.SealedAtOpen() > 0 {
+		cfg.Log.Warn("sealed the secrets an older release stored in the clear; copies may remain in the database's free space and in its backups: run hookd rekey --vacuum, and rotate those secrets if a copy may have leaked",
+			"subscriptions", s.SealedAtOpen())
 	}
 	all, err := st.SubscriptionListAll(ctx)
 	if err != nil {

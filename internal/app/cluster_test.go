@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/seal"
 	"hookd/internal/testenv"
 	"hookd/webhook"
 )
@@ -38,11 +39,21 @@ func startNode(t *testing.T, db, name string) *env {
 	return serve(t, Config{
 		// The version names the node in each delivery's User-Agent, so a
 		// failure can say which node sent what.
-		DB: db, AdminToken: adminToken, Version: "test-" + name, Node: name, LeaseTTL: 10 * time.Second,
+		DB: db, AdminToken: adminToken, Version: "test-" + name, Node: name, LeaseTTL: 10 * time.Second, Keys: clusterKeys,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(&log, nil)),
 	})
 }
+
+// clusterKeys seal secrets on every node of these tests, as every node of a
+// real cluster shares its keys.
+var clusterKeys = func() *seal.Keyring {
+	k, err := seal.Parse(seal.NewKey())
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // twoNodes starts two nodes on a fresh schema and waits until they share
 // the shards.

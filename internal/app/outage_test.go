@@ -121,7 +121,7 @@ func TestPostgresUnreachableAnswers503ThenRecovers(t *testing.T) {
 	u.Host = proxy.Addr
 	var log logBuffer
 	e := serve(t, Config{
-		DB: u.String(), AdminToken: adminToken, Version: "test", Node: "proxied", LeaseTTL: 10 * time.Second,
+		DB: u.String(), AdminToken: adminToken, Version: "test", Node: "proxied", LeaseTTL: 10 * time.Second, Keys: clusterKeys,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(&log, nil)),
 		Outage:        fastProbe,

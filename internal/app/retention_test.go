@@ -21,7 +21,8 @@ import (
 func TestRetentionRemovesFinishedEventsPastTheWindow(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "hookd.db")
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, db)
+	keys := testenv.Keys(t)
+	st, err := sqlite.Open(ctx, db, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestRetentionRemovesFinishedEventsPastTheWindow(t *testing.T) {
 	}
 	st.Close()
 
-	e := serve(t, Config{DB: db, AdminToken: adminToken, Version: "test", Retention: 30 * 24 * time.Hour,
+	e := serve(t, Config{DB: db, AdminToken: adminToken, Version: "test", Retention: 30 * 24 * time.Hour, Keys: keys,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	testenv.Eventually(t, 10*time.Second, "the old delivered event removed", func() bool {
 		code, _ := e.admin.Do("GET", "/v1/events/"+old.EventID, nil)

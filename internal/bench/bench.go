@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"hookd/internal/app"
+	"hookd/internal/seal"
 	"hookd/webhook"
 )
 
@@ -319,6 +320,7 @@ func (b *bench) hookd(ctx context.Context) error {
 		b.stops = append(b.stops, func() { os.RemoveAll(dir) })
 		db = filepath.Join(dir, "hookd.db")
 	}
+	var keys *seal.Keyring // SQLite: the key file beside the database
 	if isPostgres(db) {
 		fresh, drop, err := freshSchema(ctx, db)
 		if err != nil {
@@ -326,12 +328,16 @@ func (b *bench) hookd(ctx context.Context) error {
 		}
 		b.stops = append(b.stops, drop)
 		db = fresh
+		// A fresh schema, dropped after: a key of its own, never stored.
+		if keys, err = seal.Parse(seal.NewKey()); err != nil {
+			return err
+		}
 	}
 	var tok [16]byte
 	rand.Read(tok[:])
 	token := "adm_bench_" + hex.EncodeToString(tok[:])
 	a, err := app.Open(ctx, app.Config{
-		DB: db, AdminToken: token, Version: b.opts.Version,
+		DB: db, AdminToken: token, Version: b.opts.Version, Keys: keys,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -1,6 +1,9 @@
 package core
 
 import (
+	"errors"
+	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -94,5 +97,75 @@ func TestJitterStaysWithin20Percent(t *testing.T) {
 	}
 	if hi-lo < 3*time.Second {
 		t.Errorf("jitter range %s..%s barely spreads", lo, hi)
+	}
+}
+
+// A URL carrying credentials is refused, pointing to headers.
+func TestEndpointHostRefusesUserinfo(t *testing.T) {
+	for _, raw := range []string{"http://alice:s3cr3t@example.com/hook", "https://token@example.com/", "http://:pw@example.com/"} {
+		_, err := EndpointHost("url", raw)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "url" || !strings.Contains(fe.Message, "headers") {
+			t.Errorf("EndpointHost(%q) = %v, want a url error pointing to headers", raw, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("the error repeats the password: %v", err)
+		}
+	}
+	if _, err := EndpointHost("url", "https://example.com/a@b?c=d@e"); err != nil {
+		t.Errorf("an @ in the path or query is not userinfo: %v", err)
+	}
+}
+
+func TestValidateHeaders(t *testing.T) {
+	got, err := ValidateHeaders("headers", map[string]string{"authorization": "Bearer t0k", "X-API-key": "k\tv", "X-Empty": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"Authorization": "Bearer t0k", "X-Api-Key": "k\tv", "X-Empty": ""}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ValidateHeaders = %v, want %v (canonical names)", got, want)
+	}
+	if got, err := ValidateHeaders("headers", map[string]string{}); err != nil || len(got) != 0 {
+		t.Fatalf("no headers: %v, %v", got, err)
+	}
+
+	many := map[string]string{}
+	for i := range MaxHeaders + 1 {
+		many[fmt.Sprintf("X-H%d", i)] = "v"
+	}
+	for _, c := range []struct {
+		name  string
+		in    map[string]string
+		field string
+		says  string
+	}{
+		{"webhook-*", map[string]string{"Webhook-Signature": "v1,x"}, "headers.Webhook-Signature", "set by hookd"},
+		{"content-type", map[string]string{"content-type": "text/plain"}, "headers.content-type", "set by hookd"},
+		{"content-length", map[string]string{"Content-Length": "1"}, "headers.Content-Length", "set by hookd"},
+		{"host", map[string]string{"Host": "internal"}, "headers.Host", "set by hookd"},
+		{"user-agent", map[string]string{"User-Agent": "x"}, "headers.User-Agent", "set by hookd"},
+		{"connection", map[string]string{"Connection": "close"}, "headers.Connection", "hop-by-hop"},
+		{"keep-alive", map[string]string{"Keep-Alive": "1"}, "headers.Keep-Alive", "hop-by-hop"},
+		{"proxy-*", map[string]string{"Proxy-Authorization": "x"}, "headers.Proxy-Authorization", "hop-by-hop"},
+		{"te", map[string]string{"TE": "trailers"}, "headers.TE", "hop-by-hop"},
+		{"trailer", map[string]string{"Trailer": "x"}, "headers.Trailer", "hop-by-hop"},
+		{"transfer-encoding", map[string]string{"Transfer-Encoding": "chunked"}, "headers.Transfer-Encoding", "hop-by-hop"},
+		{"upgrade", map[string]string{"Upgrade": "h2c"}, "headers.Upgrade", "hop-by-hop"},
+		{"space in name", map[string]string{"X Key": "v"}, "headers.X Key", "not a valid header name"},
+		{"colon in name", map[string]string{"X-Key:": "v"}, "headers.X-Key:", "not a valid header name"},
+		{"empty name", map[string]string{"": "v"}, "headers.", "not a valid header name"},
+		{"CRLF in value", map[string]string{"X-Key": "v\r\nX-Evil: 1"}, "headers.X-Key", "control characters"},
+		{"LF in value", map[string]string{"X-Key": "v\nx"}, "headers.X-Key", "control characters"},
+		{"NUL in value", map[string]string{"X-Key": "v\x00"}, "headers.X-Key", "control characters"},
+		{"twice", map[string]string{"X-Key": "a", "x-key": "b"}, "headers.x-key", "twice"},
+		{"too many", many, "headers", "at most 20 headers"},
+		{"too big", map[string]string{"X-Big": strings.Repeat("a", MaxHeadersBytes)}, "headers", "at most 4096 bytes"},
+	} {
+		_, err := ValidateHeaders("headers", c.in)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field || !strings.Contains(fe.Message, c.says) {
+			t.Errorf("%s: %v, want field %q saying %q", c.name, err, c.field, c.says)
+		}
 	}
 }

@@ -18,6 +18,8 @@ const (
 	MinRetryDelay          = time.Second
 	MaxRetryDelay          = 24 * time.Hour
 	MaxRetrySteps          = 20
+	MaxHeaders             = 20      // endpoint headers per subscription
+	MaxHeadersBytes        = 4 << 10 // their names and values together
 )
 
 // DefaultRetrySchedule: 8 tries over about 21 hours.

@@ -92,6 +92,11 @@ type Subscription struct {
 	DisabledReason      string
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
+
+	// Headers are sent with every attempt (an endpoint's credentials),
+	// names canonical (see ValidateHeaders); sealed at rest like the
+	// secrets. Never changed in place: a change sets a new map.
+	Headers map[string]string
 }
 
 // Secrets returns the secrets that sign a delivery at now: the current one and,

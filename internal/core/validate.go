@@ -3,8 +3,10 @@ package core
 import (
 	"fmt"
 	"net"
+	"net/textproto"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -89,6 +91,10 @@ func EndpointHost(field, raw string) (string, error) {
 	if u.Hostname() == "" {
 		return "", fieldErr(field, "must name a host")
 	}
+	if u.User != nil {
+		// The URL is shown in every answer and stored in the clear.
+		return "", fieldErr(field, `must not hold credentials (user:password@); give them in headers instead, e.g. {"Authorization": "Basic …"}, which are sealed at rest and never shown`)
+	}
 	if u.Fragment != "" {
 		return "", fieldErr(field, "must not have a fragment")
 	}
@@ -128,4 +134,87 @@ func FormatDurations(ds []time.Duration) []string {
 		out[i] = d.String()
 	}
 	return out
+}
+
+// ValidateHeaders checks a subscription's endpoint headers (field
+// "headers") and returns them with canonical names. Refused, naming
+// headers.<name>: names hookd sets itself (webhook-*, content-type,
+// content-length, host, user-agent), hop-by-hop headers, names that are not
+// HTTP tokens, values with control characters (CR, LF, NUL, ...), one name
+// given twice in different cases; and more than MaxHeaders, or more than
+// MaxHeadersBytes of names and values together.
+func ValidateHeaders(field string, h map[string]string) (map[string]string, error) {
+	if len(h) > MaxHeaders {
+		return nil, fieldErr(field, "may have at most %d headers", MaxHeaders)
+	}
+	names := make([]string, 0, len(h))
+	size := 0
+	for name, v := range h {
+		names = append(names, name)
+		size += len(name) + len(v)
+	}
+	if size > MaxHeadersBytes {
+		return nil, fieldErr(field, "names and values together must be at most %d bytes", MaxHeadersBytes)
+	}
+	slices.Sort(names) // the same input always names the same field
+	out := make(map[string]string, len(h))
+	for _, name := range names {
+		f := field + "." + name
+		if !validHeaderName(name) {
+			return nil, fieldErr(f, "is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~)")
+		}
+		if why := reservedHeader(strings.ToLower(name)); why != "" {
+			return nil, fieldErr(f, "%s", why)
+		}
+		if !validHeaderValue(h[name]) {
+			return nil, fieldErr(f, "must not hold control characters (CR, LF, NUL, ...)")
+		}
+		c := textproto.CanonicalMIMEHeaderKey(name)
+		if _, dup := out[c]; dup {
+			return nil, fieldErr(f, "is given twice (header names are case-insensitive)")
+		}
+		out[c] = h[name]
+	}
+	return out, nil
+}
+
+// reservedHeader says why an endpoint may not set header name (lowercase):
+// hookd sets it, or it governs the connection rather than the request.
+func reservedHeader(name string) string {
+	switch {
+	case strings.HasPrefix(name, "webhook-"), name == "content-type", name == "content-length",
+		name == "host", name == "user-agent":
+		return "is set by hookd"
+	case strings.HasPrefix(name, "proxy-"), name == "connection", name == "keep-alive", name == "te",
+		name == "trailer", name == "transfer-encoding", name == "upgrade":
+		return "is a hop-by-hop header"
+	}
+	return ""
+}
+
+// validHeaderName: an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// validHeaderValue: visible characters, spaces and tabs (RFC 9110
+// field-value); bytes over 0x7f pass, as obs-text.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

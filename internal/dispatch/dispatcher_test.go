@@ -35,7 +35,7 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hookd.db"))
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hookd.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ import (
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
 	"hookd/internal/subs"
+	"hookd/internal/testenv"
 )
 
 // reply is how a simulated endpoint answers one attempt.
@@ -156,7 +157,7 @@ func newSim(t *testing.T) *sim {
 			t.Cleanup(func() { os.RemoveAll(d) })
 		}
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "sim.db"))
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "sim.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func (g *gatedStore) release() {
 }
 
 func setup(t *testing.T) (*gatedStore, *Ingester, *[]core.Job, *sync.Mutex) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hookd.db"))
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hookd.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestOneBadEventDoesNotFailItsBatch(t *testing.T) {
 // off, so its reservation is released, and it counts as skipped.
 func TestDeliveriesTheStoreSkipsAreReleasedAndCountedSkipped(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "hookd.db"))
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "hookd.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}

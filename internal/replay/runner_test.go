@@ -12,6 +12,7 @@ import (
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
 	"hookd/internal/subs"
+	"hookd/internal/testenv"
 )
 
 // waker plays the dispatcher: it owns the shards in owned and counts wakes.
@@ -27,7 +28,7 @@ func (w *waker) OwnsShard(shard int) bool         { return w.owned[shard] }
 // most Batch deliveries a step, and the owner's lane is woken.
 func TestStepRunsOnlyOnTheOwnerOfTheDestination(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "hookd.db"))
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "hookd.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}

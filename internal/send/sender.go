@@ -138,9 +138,20 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 		"Content-Type": vals[3:4:4], "User-Agent": vals[4:5:5],
 	}
 
+	// The endpoint's own headers (its credentials). Names are canonical
+	// and never one hookd sets (core.ValidateHeaders); should a stored one
+	// clash all the same, hookd's wins.
+	for name, v := range sub.Headers {
+		if _, set := req.Header[name]; !set {
+			req.Header[name] = []string{v}
+		}
+	}
 	// An http.Client turns user:password in the URL into Basic auth; a bare
-	// round trip does not, so do it here.
-	if u := req.URL.User; u != nil {
+	// round trip does not, so do it here. Such URLs are refused since
+	// headers exist, and those stored before are moved to an Authorization
+	// header when the store opens; one written meanwhile by a node of the
+	// previous release still works.
+	if u := req.URL.User; u != nil && sub.Headers["Authorization"] == "" {
 		pw, _ := u.Password()
 		req.SetBasicAuth(u.Username(), pw)
 	}

@@ -406,3 +406,31 @@ func TestSendCredentialsInURLBecomeBasicAuth(t *testing.T) {
 		t.Errorf("Authorization %q, want %q", a, want)
 	}
 }
+
+// An endpoint's headers go out with every attempt, beside hookd's own,
+// which a stored header cannot replace; they win over credentials in a
+// URL stored before headers existed.
+func TestSendEndpointHeaders(t *testing.T) {
+	srv, got := recorder(t)
+	s := New(Config{Guard: NewGuard(loopback), UserAgent: "hookd/test"})
+	sub := testSub(strings.Replace(srv.URL, "http://", "http://old:pw@", 1) + "/hook")
+	// Content-Type cannot pass validation; set here as a row tampered with would hold it.
+	sub.Headers = map[string]string{"Authorization": "Bearer t0k3n", "X-Api-Key": "k-123", "Content-Type": "text/plain"}
+	now := time.Unix(1_714_000_000, 0)
+	for range 2 {
+		if out := s.Send(context.Background(), sub, testJob(), now); out.Class != Delivered {
+			t.Fatalf("outcome %+v", out)
+		}
+		c := <-got
+		for k, want := range map[string]string{
+			"Authorization": "Bearer t0k3n", "X-Api-Key": "k-123", "Content-Type": "application/json",
+		} {
+			if v := c.header.Values(k); len(v) != 1 || v[0] != want {
+				t.Errorf("header %s = %q, want %q", k, v, want)
+			}
+		}
+		if err := webhook.Verify(testSecret, c.header, c.body, now, webhook.DefaultTolerance); err != nil {
+			t.Errorf("webhook.Verify: %v", err)
+		}
+	}
+}

@@ -89,6 +89,23 @@ type Store interface {
 	// SubscriptionUpdate does for a disabled one.
 	// ErrNotFound if absent or already deleted.
 	SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error
+	// SubscriptionReseal looks, in ONE transaction, at up to p.Limit
+	// subscriptions (deleted ones too) after p.After by ID whose stored
+	// secrets or URL may need work, and rewrites those that do (Reseal):
+	// plaintext from before sealing sealed, credentials in a URL moved to a
+	// header, and with p.All every value under another key than the
+	// keyring's first sealed under it (hookd rekey). updated_at stays. Safe
+	// beside nodes writing: each row is read and written in one
+	// transaction. A value whose key is not in the keyring is an error
+	// (seal.ErrUnknownKey) and the batch writes nothing.
+	SubscriptionReseal(ctx context.Context, p ResealParams) (ResealResult, error)
+	// SubscriptionVacuum rewrites what holds subscriptions so that no old
+	// copy of a value SubscriptionReseal replaced (plaintext from an older
+	// release, a value under a retired key) stays in free space. SQLite:
+	// VACUUM of the whole file, which needs it to itself (no hookd serve
+	// running) and free disk about its size. PostgreSQL: VACUUM FULL of
+	// the subscriptions table, which locks it while it runs.
+	SubscriptionVacuum(ctx context.Context) error
 
 	// EventInsertBatch writes many events, each with its deliveries, in ONE
 	// transaction that is durable when it returns nil. An event whose

@@ -11,6 +11,7 @@ import (
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
+	"hookd/internal/testenv"
 )
 
 // hookStore is the real SQLite store with a hook run before each
@@ -78,7 +79,7 @@ func (b *svcBundle) woken() []wake {
 
 func setupService(t *testing.T) *svcBundle {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hookd.db"))
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "hookd.db"), testenv.Keys(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func TestEventInsertBatchRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := open(t.Context(), pool)
+	s, err := open(t.Context(), pool, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"hookd/internal/store"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -26,7 +27,10 @@ func migrations() ([]store.Migration, error) {
 // migrate applies every migration not yet recorded, all in one transaction
 // (DDL is transactional in PostgreSQL: a failed step leaves nothing behind).
 // Running it again is a no-op, so every Open calls it.
-func migrate(ctx context.Context, conn *pgx.Conn) error {
+func migrate(ctx context.Context, conn *pgx.Conn) error { return migrateTo(ctx, conn, math.MaxInt) }
+
+// migrateTo applies the migrations up to version last (tests build old schemas with it).
+func migrateTo(ctx context.Context, conn *pgx.Conn, last int) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -58,7 +62,7 @@ func migrate(ctx context.Context, conn *pgx.Conn) error {
 			done[v] = true
 		}
 		for _, m := range ms {
-			if done[m.Version] {
+			if done[m.Version] || m.Version > last {
 				continue
 			}
 			// No arguments: pgx sends it as a simple query, which may

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"hookd/internal/core"
+	"hookd/internal/seal"
 	"hookd/internal/store"
 )
 
@@ -52,6 +53,12 @@ type Store struct {
 	// callerClock (tests) times leases by ShardLeases' now instead of the
 	// database's clock, so a test can step time.
 	callerClock bool
+	// resealRead, when set (tests), runs in SubscriptionReseal between
+	// reading a batch and writing it.
+	resealRead func()
+
+	keys         *seal.Keyring // seals and opens subscriptions' secrets and headers
+	sealedAtOpen int           // subscriptions Open found in the clear (SealedAtOpen)
 }
 
 // config parses url for the pool. Defaults hookd relies on are added only
@@ -79,7 +86,13 @@ func config(url string) (*pgxpool.Config, error) {
 }
 
 // Open connects to the database at url and brings its schema up to date.
-func Open(ctx context.Context, url string) (*Store, error) {
+// Subscriptions' secrets and headers are sealed and opened with keys (every
+// node needs the same); plaintext a release before sealing left is sealed
+// here.
+func Open(ctx context.Context, url string, keys *seal.Keyring) (*Store, error) {
+	if keys == nil {
+		return nil, errors.New("postgres: no keyring to seal secrets with")
+	}
 	cfg, err := config(url)
 	if err != nil {
 		return nil, err
@@ -88,7 +101,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s, err := open(ctx, pool)
+	s, err := open(ctx, pool, keys)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -96,7 +109,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return s, nil
 }
 
-func open(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
+func open(ctx context.Context, pool *pgxpool.Pool, keys *seal.Keyring) (*Store, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
@@ -117,9 +130,12 @@ func open(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 	}
 	var tok [8]byte
 	rand.Read(tok[:])
-	s := &Store{pool: pool, token: hex.EncodeToString(tok[:]), channel: channelFor(schema)}
+	s := &Store{pool: pool, token: hex.EncodeToString(tok[:]), channel: channelFor(schema), keys: keys}
 	if err := s.finishSkips(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: skipping what a crash left pending: %w", err)
+	}
+	if err := s.resealAtOpen(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: sealing secrets stored in the clear: %w", err)
 	}
 	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/seal"
 	"hookd/internal/store"
 	"hookd/internal/store/storetest"
 	"hookd/internal/testenv"
@@ -16,7 +17,7 @@ import (
 // schema is dropped: cleanups run last-registered first).
 func openURL(tb testing.TB, u string) *Store {
 	tb.Helper()
-	s, err := Open(context.Background(), u)
+	s, err := Open(context.Background(), u, testKeys)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}
@@ -86,4 +87,34 @@ func TestSearchPathHonoured(t *testing.T) {
 	if want := pu.Query().Get("search_path"); schema != want {
 		t.Fatalf("tables in %q, want %q", schema, want)
 	}
+}
+
+// testKeys seal every store of these tests: one key, so nodes on one
+// schema, or a schema reopened, open what the others sealed.
+var testKeys = func() *seal.Keyring {
+	k, err := seal.Parse(seal.NewKey())
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+func TestSealing(t *testing.T) {
+	testenv.PostgresURL(t)
+	storetest.RunSealing(t, func(t *testing.T) storetest.SealingBackend {
+		u := testenv.PostgresSchema(t)
+		return storetest.SealingBackend{
+			Open: func(t *testing.T, keys *seal.Keyring) store.Store {
+				s, err := Open(t.Context(), u, keys)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
+			Dump: func(t *testing.T) string { return testenv.PostgresRows(t, u, `SELECT * FROM subscriptions`) },
+			SetColumn: func(t *testing.T, id, column, value string) {
+				testenv.PostgresExec(t, u, `UPDATE subscriptions SET `+column+` = $1 WHERE id = $2`, value, id)
+			},
+		}
+	})
 }

@@ -16,7 +16,7 @@ import (
 
 const subColumns = `id, tenant_id, url, host, event_types, secret, prev_secret, prev_secret_expires_at,
 	ordered, retry_schedule, timeout_ns, max_concurrency, rate_limit, retry_status_codes,
-	state, disabled_reason, created_at, updated_at`
+	state, disabled_reason, created_at, updated_at, headers`
 
 // schedule stores durations as Go strings ("5s") so the column reads well;
 // nil stays NULL because a nil schedule means the default and an empty one none.
@@ -27,14 +27,18 @@ func schedule(sub core.Subscription) []string {
 	return core.FormatDurations(sub.RetrySchedule)
 }
 
-func scanSub(row pgx.Row) (core.Subscription, error) {
+func (s *Store) scanSub(row pgx.Row) (core.Subscription, error) {
 	var sub core.Subscription
 	var prevExp, c, u pgtype.Timestamptz
 	var sched []string
 	var timeout int64
-	if err := row.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &sub.EventTypes, &sub.Secret,
-		&sub.PrevSecret, &prevExp, &sub.Ordered, &sched, &timeout, &sub.MaxConcurrency,
-		&sub.RateLimit, &sub.RetryStatusCodes, &sub.State, &sub.DisabledReason, &c, &u); err != nil {
+	var sealed store.Sealed
+	if err := row.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &sub.EventTypes, &sealed.Secret,
+		&sealed.PrevSecret, &prevExp, &sub.Ordered, &sched, &timeout, &sub.MaxConcurrency,
+		&sub.RateLimit, &sub.RetryStatusCodes, &sub.State, &sub.DisabledReason, &c, &u, &sealed.Headers); err != nil {
+		return sub, err
+	}
+	if err := store.OpenSubscription(s.keys, &sub, sealed); err != nil {
 		return sub, err
 	}
 	sub.PrevSecretExpiresAt = tm(prevExp)
@@ -58,13 +62,17 @@ func scanSub(row pgx.Row) (core.Subscription, error) {
 func changed(id string) store.Due { return store.Due{Kind: store.DueSubscription, SubscriptionID: id} }
 
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
+	sealed, err := store.SealSubscription(s.keys, sub)
+	if err != nil {
+		return err
+	}
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO subscriptions (`+subColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
-			sub.ID, sub.TenantID, sub.URL, sub.Host, sub.EventTypes, sub.Secret, sub.PrevSecret, ts(sub.PrevSecretExpiresAt),
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+			sub.ID, sub.TenantID, sub.URL, sub.Host, sub.EventTypes, sealed.Secret, sealed.PrevSecret, ts(sub.PrevSecretExpiresAt),
 			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
-			string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt)
+			string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt, sealed.Headers)
 		s.queueNotify(b, []store.Due{changed(sub.ID)})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
@@ -74,7 +82,7 @@ func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) e
 }
 
 func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error) {
-	sub, err := scanSub(s.pool.QueryRow(ctx, `SELECT `+subColumns+` FROM subscriptions
+	sub, err := s.scanSub(s.pool.QueryRow(ctx, `SELECT `+subColumns+` FROM subscriptions
 		WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND deleted_at IS NULL`, id, tenantID))
 	if err != nil {
 		return core.Subscription{}, mapErr(err)
@@ -91,7 +99,7 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 	if err != nil {
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
-	subs, err := collectSubs(rows)
+	subs, err := s.collectSubs(rows)
 	if err != nil {
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
@@ -103,14 +111,14 @@ func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, e
 	if err != nil {
 		return nil, err
 	}
-	return collectSubs(rows)
+	return s.collectSubs(rows)
 }
 
-func collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
+func (s *Store) collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
 	defer rows.Close()
 	subs := []core.Subscription{}
 	for rows.Next() {
-		sub, err := scanSub(rows)
+		sub, err := s.scanSub(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +128,11 @@ func collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
-	err := mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+	sealed, err := store.SealSubscription(s.keys, sub)
+	if err != nil {
+		return err
+	}
+	err = mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		// Locked: two nodes updating one subscription take turns, so the
 		// "did the host or state change" decisions below hold. NO KEY: rows
 		// referencing it need not wait for their foreign key checks; ingest
@@ -139,11 +151,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET url = $2, host = $3, event_types = $4,
 			secret = $5, prev_secret = $6, prev_secret_expires_at = $7, ordered = $8, retry_schedule = $9,
 			timeout_ns = $10, max_concurrency = $11, rate_limit = $12, retry_status_codes = $13, state = $14,
-			disabled_reason = $15, updated_at = $16
+			disabled_reason = $15, updated_at = $16, headers = $17
 			WHERE id = $1`,
-			sub.ID, sub.URL, sub.Host, sub.EventTypes, sub.Secret, sub.PrevSecret, ts(sub.PrevSecretExpiresAt),
+			sub.ID, sub.URL, sub.Host, sub.EventTypes, sealed.Secret, sealed.PrevSecret, ts(sub.PrevSecretExpiresAt),
 			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
-			string(sub.State), sub.DisabledReason, sub.UpdatedAt); err != nil {
+			string(sub.State), sub.DisabledReason, sub.UpdatedAt, sealed.Headers); err != nil {
 			return err
 		}
 		notes := []store.Due{changed(sub.ID)}

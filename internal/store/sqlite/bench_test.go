@@ -25,7 +25,7 @@ func BenchmarkEventInsertBatch(b *testing.B) {
 
 // benchStore opens a fresh store with n subscriptions, each on its own host.
 func benchStore(b *testing.B, n int) (*Store, []core.Subscription) {
-	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"))
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), testKeys)
 	if err != nil {
 		b.Fatal(err)
 	}

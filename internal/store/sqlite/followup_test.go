@@ -94,7 +94,7 @@ func TestFollowUpCoversBacklogsBeyondOneBatch(t *testing.T) {
 func TestOpenFinishesAnInterruptedSkip(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "hookd.db")
-	s, err := Open(ctx, path)
+	s, err := Open(ctx, path, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestOpenFinishesAnInterruptedSkip(t *testing.T) {
 	}
 	s.Close()
 
-	s, err = Open(ctx, path)
+	s, err = Open(ctx, path, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}

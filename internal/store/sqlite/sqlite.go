@@ -19,6 +19,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"hookd/internal/seal"
 	"hookd/internal/store"
 )
 
@@ -34,6 +35,9 @@ type Store struct {
 	stmts map[string]*sql.Stmt // hotWrites prepared once on w, hotReads on r, at Open
 
 	rides riders // result batches waiting to be written (rides.go)
+
+	keys         *seal.Keyring // seals and opens subscriptions' secrets and headers
+	sealedAtOpen int           // subscriptions Open found in the clear (SealedAtOpen)
 }
 
 // hotWrites are the statements every ingest and result batch runs.
@@ -155,8 +159,17 @@ func openWriter(ctx context.Context, path string) (*sql.DB, error) {
 }
 
 // Open opens (creating if needed) the database file at path and brings its
-// schema up to date.
-func Open(ctx context.Context, path string) (*Store, error) {
+// schema up to date. Subscriptions' secrets and headers are sealed and
+// opened with keys; plaintext a release before sealing left is sealed here
+// (resealAtOpen). The file, its -wal and -shm are made readable by their
+// owner only.
+func Open(ctx context.Context, path string, keys *seal.Keyring) (*Store, error) {
+	if keys == nil {
+		return nil, errors.New("sqlite: no keyring to seal secrets with")
+	}
+	if err := ownerOnly(path); err != nil {
+		return nil, err
+	}
 	w, err := openWriter(ctx, path)
 	if err != nil {
 		return nil, err
@@ -179,7 +192,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	st := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}
+	st := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}, keys: keys}
 	for db, qs := range map[*sql.DB][]string{w: hotWrites, r: hotReads} {
 		for _, q := range qs {
 			p, err := db.PrepareContext(ctx, q)
@@ -194,11 +207,18 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		st.Close()
 		return nil, fmt.Errorf("sqlite: skipping what a crash left pending: %w", err)
 	}
+	if err := st.resealAtOpen(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("sqlite: sealing secrets stored in the clear: %w", err)
+	}
 	return st, nil
 }
 
 // Migrate brings the schema of the database at path up to date and closes it.
 func Migrate(ctx context.Context, path string) error {
+	if err := ownerOnly(path); err != nil {
+		return err
+	}
 	w, err := openWriter(ctx, path)
 	if err != nil {
 		return err

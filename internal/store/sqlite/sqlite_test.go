@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -8,13 +9,14 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/seal"
 	"hookd/internal/store"
 	"hookd/internal/store/storetest"
 )
 
 func openTemp(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "hookd.db"))
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "hookd.db"), testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +30,7 @@ func TestConformance(t *testing.T) {
 func TestReopenKeepsDataAndSchema(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "hookd.db")
-	s, err := Open(ctx, path)
+	s, err := Open(ctx, path, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestReopenKeepsDataAndSchema(t *testing.T) {
 	if err := Migrate(ctx, path); err != nil {
 		t.Fatalf("Migrate on a migrated file: %v", err)
 	}
-	s, err = Open(ctx, path)
+	s, err = Open(ctx, path, testKeys)
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -175,7 +177,7 @@ func TestRebuildOfDeliveriesKeepsRows(t *testing.T) {
 	}
 	w.Close()
 
-	s, err := Open(ctx, path)
+	s, err := Open(ctx, path, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,4 +271,76 @@ func TestRecordResultsAppliesRepeatsInOrder(t *testing.T) {
 			t.Fatalf("%s: %+v with %d attempts", d.ID, d, len(as))
 		}
 	}
+}
+
+// testKeys seal every store of these tests: one key, so a file reopened
+// in a test opens with the keys it was written with.
+var testKeys = func() *seal.Keyring {
+	k, err := seal.Parse(seal.NewKey())
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+func TestSealing(t *testing.T) {
+	storetest.RunSealing(t, func(t *testing.T) storetest.SealingBackend {
+		path := filepath.Join(t.TempDir(), "hookd.db")
+		raw := func(t *testing.T) *sql.DB {
+			db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}
+		return storetest.SealingBackend{
+			Open: func(t *testing.T, keys *seal.Keyring) store.Store {
+				s, err := Open(t.Context(), path, keys)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
+			Dump: func(t *testing.T) string { return dumpRows(t, raw(t), `SELECT * FROM subscriptions`) },
+			SetColumn: func(t *testing.T, id, column, value string) {
+				if _, err := raw(t).ExecContext(t.Context(), `UPDATE subscriptions SET `+column+` = ? WHERE id = ?`, value, id); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}
+	})
+}
+
+// dumpRows renders a query's rows as text, every column, one line a row.
+func dumpRows(t *testing.T, db *sql.DB, q string) string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var b strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vals {
+			if bs, ok := v.([]byte); ok {
+				v = string(bs)
+			}
+			fmt.Fprintf(&b, "%v\t", v)
+		}
+		b.WriteString("\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

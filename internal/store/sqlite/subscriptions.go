@@ -14,18 +14,23 @@ import (
 
 const subColumns = `id, tenant_id, url, host, event_types, secret, prev_secret, prev_secret_expires_at,
 	ordered, retry_schedule, timeout_ns, max_concurrency, rate_limit, retry_status_codes,
-	state, disabled_reason, created_at, updated_at`
+	state, disabled_reason, created_at, updated_at, headers`
 
 // subRow holds a subscription's columns in stored form.
 type subRow struct {
 	eventTypes, schedule, codes string
 	ordered                     int
 	prevExp, timeout, c, u      int64
+	sealed                      store.Sealed
 }
 
-func encodeSub(sub core.Subscription) (subRow, error) {
+func (s *Store) encodeSub(sub core.Subscription) (subRow, error) {
 	r := subRow{ordered: b2i(sub.Ordered), prevExp: ns(sub.PrevSecretExpiresAt),
 		timeout: int64(sub.Timeout), c: ns(sub.CreatedAt), u: ns(sub.UpdatedAt)}
+	var err error
+	if r.sealed, err = store.SealSubscription(s.keys, sub); err != nil {
+		return r, err
+	}
 	et, err := json.Marshal(sub.EventTypes)
 	if err != nil {
 		return r, err
@@ -50,12 +55,15 @@ func encodeSub(sub core.Subscription) (subRow, error) {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanSub(sc scanner) (core.Subscription, error) {
+func (s *Store) scanSub(sc scanner) (core.Subscription, error) {
 	var sub core.Subscription
 	var r subRow
-	if err := sc.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &r.eventTypes, &sub.Secret,
-		&sub.PrevSecret, &r.prevExp, &r.ordered, &r.schedule, &r.timeout, &sub.MaxConcurrency,
-		&sub.RateLimit, &r.codes, &sub.State, &sub.DisabledReason, &r.c, &r.u); err != nil {
+	if err := sc.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &r.eventTypes, &r.sealed.Secret,
+		&r.sealed.PrevSecret, &r.prevExp, &r.ordered, &r.schedule, &r.timeout, &sub.MaxConcurrency,
+		&sub.RateLimit, &r.codes, &sub.State, &sub.DisabledReason, &r.c, &r.u, &r.sealed.Headers); err != nil {
+		return sub, err
+	}
+	if err := store.OpenSubscription(s.keys, &sub, r.sealed); err != nil {
 		return sub, err
 	}
 	sub.PrevSecretExpiresAt = tm(r.prevExp)
@@ -86,16 +94,16 @@ func scanSub(sc scanner) (core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
-	r, err := encodeSub(sub)
+	r, err := s.encodeSub(sub)
 	if err != nil {
 		return err
 	}
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (`+subColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, sub.Secret, sub.PrevSecret, r.prevExp,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, r.sealed.Secret, r.sealed.PrevSecret, r.prevExp,
 			r.ordered, r.schedule, r.timeout, sub.MaxConcurrency, sub.RateLimit, r.codes,
-			string(sub.State), sub.DisabledReason, r.c, r.u)
+			string(sub.State), sub.DisabledReason, r.c, r.u, r.sealed.Headers)
 		if err != nil {
 			return err
 		}
@@ -104,7 +112,7 @@ func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) e
 }
 
 func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error) {
-	sub, err := scanSub(s.r.QueryRowContext(ctx, `SELECT `+subColumns+` FROM subscriptions
+	sub, err := s.scanSub(s.r.QueryRowContext(ctx, `SELECT `+subColumns+` FROM subscriptions
 		WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`, id, tenantID, tenantID))
 	if err != nil {
 		return core.Subscription{}, mapErr(err)
@@ -121,7 +129,7 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 	if err != nil {
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
-	subs, err := collectSubs(rows)
+	subs, err := s.collectSubs(rows)
 	if err != nil {
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
@@ -133,14 +141,14 @@ func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, e
 	if err != nil {
 		return nil, err
 	}
-	return collectSubs(rows)
+	return s.collectSubs(rows)
 }
 
-func collectSubs(rows *sql.Rows) ([]core.Subscription, error) {
+func (s *Store) collectSubs(rows *sql.Rows) ([]core.Subscription, error) {
 	defer rows.Close()
 	subs := []core.Subscription{}
 	for rows.Next() {
-		sub, err := scanSub(rows)
+		sub, err := s.scanSub(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +158,7 @@ func collectSubs(rows *sql.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
-	r, err := encodeSub(sub)
+	r, err := s.encodeSub(sub)
 	if err != nil {
 		return err
 	}
@@ -165,11 +173,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		res, err := tx.ExecContext(ctx, `UPDATE subscriptions SET url = ?, host = ?, event_types = ?,
 			secret = ?, prev_secret = ?, prev_secret_expires_at = ?, ordered = ?, retry_schedule = ?,
 			timeout_ns = ?, max_concurrency = ?, rate_limit = ?, retry_status_codes = ?, state = ?,
-			disabled_reason = ?, updated_at = ?
+			disabled_reason = ?, updated_at = ?, headers = ?
 			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`,
-			sub.URL, sub.Host, r.eventTypes, sub.Secret, sub.PrevSecret, r.prevExp, r.ordered, r.schedule,
+			sub.URL, sub.Host, r.eventTypes, r.sealed.Secret, r.sealed.PrevSecret, r.prevExp, r.ordered, r.schedule,
 			r.timeout, sub.MaxConcurrency, sub.RateLimit, r.codes, string(sub.State),
-			sub.DisabledReason, r.u, sub.ID, sub.TenantID, sub.TenantID)
+			sub.DisabledReason, r.u, r.sealed.Headers, sub.ID, sub.TenantID, sub.TenantID)
 		if err := mustAffect(res, err); err != nil {
 			return err
 		}

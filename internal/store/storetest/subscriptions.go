@@ -126,6 +126,7 @@ func testSubscriptionRoundTrip(t *testing.T, s store.Store) {
 		s.RetryStatusCodes = []int{404, 409}
 		s.State, s.DisabledReason = core.SubDisabled, "endpoint answered 410"
 		s.UpdatedAt = at(time.Second)
+		s.Headers = map[string]string{"Authorization": "Bearer x", "X-Api-Key": "k\t\u00e9"}
 	})
 	none := f.sub(a.ID, "none.example:443", func(s *core.Subscription) { s.RetrySchedule = []time.Duration{} })
 	def := f.sub(a.ID, "default.example:443")

@@ -211,6 +211,7 @@ async function subscriptionView(id, params) {
         ['Timeout', s.timeout],
         ['Max concurrency', s.max_concurrency || 'host default'],
         ['Rate limit', s.rate_limit ? s.rate_limit + '/s' : 'none'],
+        ['Headers', Object.keys(s.headers || {}).sort().join(', ') || 'none'], // names only: values are never shown
       ]))),
     replayForm,
     el('h2', {}, 'Deliveries ', filter),
