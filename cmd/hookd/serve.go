@@ -19,6 +19,7 @@ import (
 	"hookd/internal/api"
 	"hookd/internal/app"
 	"hookd/internal/dispatch"
+	"hookd/internal/lifecycle"
 	"hookd/internal/send"
 	"hookd/internal/shed"
 )
@@ -38,6 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	leaseTTL := fs.Duration("lease-ttl", dispatch.DefaultLeaseTTL, "PostgreSQL: how long a node's shard leases last unrenewed (renewed every third of it); a crashed node's destinations move after about this long")
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
+	disableAfter := fs.Duration("disable-after", lifecycle.DefaultDisableAfter, "disable a subscription every attempt of which has failed for this long, with attempts every day (any success resets the clock); its owner is told by a hookd.subscription.disabled event; 0: never")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
 	metricsAddr := fs.String("metrics-addr", defaultMetricsAddr, "address serving GET /metrics without credentials, for Prometheus: keep it on loopback or a private network; empty or off: no such listener (the API port answers /metrics to the admin token either way)")
 	ingestRate := fs.Float64("ingest-rate", api.DefaultIngestRate, "events per second one tenant may post to this node (each node of several allows it); over it POST /v1/events answers 429 with Retry-After; 0: no limit")
@@ -84,6 +86,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *retain < 0 {
 		return fmt.Errorf("--retention must be 0 (keep everything) or positive")
 	}
+	if *disableAfter < 0 {
+		return fmt.Errorf("--disable-after must be 0 (never) or positive")
+	}
 	if *shedAt < 0 {
 		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
 	}
@@ -117,7 +122,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DB: *db, AdminToken: token, AllowNetworks: allowed.Networks, AllowAddrs: allowed.Addrs, EgressProxy: proxy,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
-		Shed: shed.Config{Threshold: *shedAt}, Keys: keys,
+		Shed: shed.Config{Threshold: *shedAt}, Keys: keys, DisableAfter: *disableAfter,
 		HTTP:   app.HTTPTimeouts{Idle: *idle},
 		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},
 	})

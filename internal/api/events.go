@@ -27,6 +27,9 @@ func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal
 	if err := core.ValidateEventType("type", req.Type); err != nil {
 		return err
 	}
+	if core.Reserved(req.Type) {
+		return errInvalid("type", "types starting with "+core.ReservedPrefix+" are hookd's own events and cannot be posted")
+	}
 	if len(req.Payload) == 0 || bytes.Equal(req.Payload, []byte("null")) {
 		return errInvalid("payload", "is required")
 	}

@@ -6,17 +6,20 @@ import (
 )
 
 type healthJSON struct {
-	State                  string     `json:"state"`
-	DisabledReason         string     `json:"disabled_reason"`
-	Circuit                string     `json:"circuit"`
-	EndpointCircuit        string     `json:"endpoint_circuit"`
-	HostCircuit            string     `json:"host_circuit"`
-	PausedUntil            *time.Time `json:"paused_until"`
-	SuccessRate            *float64   `json:"success_rate"`
-	Pending                int        `json:"pending"`
-	LagSeconds             float64    `json:"lag_seconds"`
-	Failed                 int        `json:"failed"`
-	OldestFailedAt         *time.Time `json:"oldest_failed_at"`
+	State           string     `json:"state"`
+	DisabledReason  string     `json:"disabled_reason"`
+	Circuit         string     `json:"circuit"`
+	EndpointCircuit string     `json:"endpoint_circuit"`
+	HostCircuit     string     `json:"host_circuit"`
+	PausedUntil     *time.Time `json:"paused_until"`
+	SuccessRate     *float64   `json:"success_rate"`
+	Pending         int        `json:"pending"`
+	LagSeconds      float64    `json:"lag_seconds"`
+	Failed          int        `json:"failed"`
+	OldestFailedAt  *time.Time `json:"oldest_failed_at"`
+	// FailingSince: every attempt since has failed (null: the last one
+	// succeeded). --disable-after of it disables the subscription.
+	FailingSince           *time.Time `json:"failing_since"`
 	LikelyConfigurationErr bool       `json:"likely_configuration_error"`
 	ConfigurationErrorCode *int       `json:"configuration_error_status,omitempty"`
 	// Shedding: new deliveries are written skipped (replayable), because the
@@ -51,6 +54,10 @@ func (s *Server) subscriptionHealth(w http.ResponseWriter, r *http.Request, p pr
 	}
 	if !st.OldestPendingAt.IsZero() {
 		out.LagSeconds = time.Since(st.OldestPendingAt).Seconds()
+	}
+	if !st.FailingSince.IsZero() {
+		t := st.FailingSince.UTC()
+		out.FailingSince = &t
 	}
 	if !st.OldestFailedAt.IsZero() {
 		t := st.OldestFailedAt.UTC()

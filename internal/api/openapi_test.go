@@ -29,6 +29,7 @@ var v1Routes = []string{
 	"PATCH /v1/subscriptions/{id}",
 	"DELETE /v1/subscriptions/{id}",
 	"POST /v1/subscriptions/{id}/rotate-secret",
+	"POST /v1/subscriptions/{id}/test",
 	"GET /v1/subscriptions/{id}/deliveries",
 	"GET /v1/subscriptions/{id}/health",
 	"POST /v1/subscriptions/{id}/replay",

@@ -124,6 +124,7 @@ func New(cfg Config) *Server {
 	s.route("PATCH /v1/subscriptions/{id}", s.patchSubscription)
 	s.route("DELETE /v1/subscriptions/{id}", s.deleteSubscription)
 	s.route("POST /v1/subscriptions/{id}/rotate-secret", s.rotateSecret)
+	s.route("POST /v1/subscriptions/{id}/test", s.testSubscription)
 	s.route("GET /v1/subscriptions/{id}/deliveries", s.listDeliveries)
 	s.route("GET /v1/subscriptions/{id}/health", s.subscriptionHealth)
 	s.route("POST /v1/subscriptions/{id}/replay", s.replaySubscription)

@@ -1,12 +1,15 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"hookd/internal/core"
 	"hookd/internal/store"
@@ -309,4 +312,45 @@ func writePage[T, J any](w http.ResponseWriter, page store.Page[T], toJSON func(
 		cursor = page.NextCursor
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "next_cursor": cursor})
+}
+
+type testEventRequest struct {
+	Payload jsontext.Value `json:"payload"`
+}
+
+// testSubscription sends a hookd.test event to one subscription alone, as
+// an endpoint's owner checks a new endpoint: signed and retried like any
+// other delivery. The body is optional.
+func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req testEventRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			return err
+		}
+	}
+	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	payload := []byte(req.Payload)
+	switch {
+	case len(payload) == 0 || string(payload) == "null":
+		payload, _ = json.Marshal(map[string]any{"test": true, "subscription_id": sub.ID})
+	case len(payload) > core.MaxPayloadBytes:
+		return errTooLarge
+	}
+	res, err := s.Ingest.Submit(r.Context(), core.Event{TenantID: sub.TenantID, Type: core.ReservedPrefix + "test",
+		Payload: payload, Only: sub.ID})
+	if err != nil {
+		return err
+	}
+	if len(res.Deliveries) != 1 {
+		// The registry did not hold it: deleted, or made on another node a
+		// moment ago.
+		return &apiError{Status: http.StatusConflict, Code: "conflict", Field: "id",
+			Message: "the subscription is not known to this node yet; try again"}
+	}
+	d := res.Deliveries[0]
+	writeJSON(w, http.StatusAccepted, map[string]string{"event_id": res.EventID, "delivery_id": d.ID, "state": string(d.State)})
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
 	"hookd/internal/ingest"
+	"hookd/internal/lifecycle"
 	"hookd/internal/metrics"
 	"hookd/internal/outage"
 	"hookd/internal/replay"
@@ -52,6 +53,9 @@ type Config struct {
 	Retention time.Duration
 	// Shed configures shedding at ingest (see shed); Threshold 0 turns it off.
 	Shed shed.Config
+	// DisableAfter disables a subscription every attempt of which failed
+	// for that long, with attempts every day (see lifecycle); 0 never.
+	DisableAfter time.Duration
 	// HTTP bounds what one client may hold of the API server.
 	HTTP HTTPTimeouts
 	// Limits bound what one tenant may ask (zero: no limit; hookd serve
@@ -83,6 +87,7 @@ type App struct {
 	replays  *replay.Runner
 	purger   *retention.Purger // nil when everything is kept
 	shed     *shed.Shedder
+	life     *lifecycle.Lifecycle
 	cluster  *cluster // nil on a store one node holds (SQLite)
 	keys     *api.KeyCache
 	http     *http.Server
@@ -171,28 +176,35 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		Resync:          resync,
 		Node:            cfg.Node,
 		LeaseTTL:        cfg.LeaseTTL,
-		Disable:         a.subsvc.Disable,
+		// The lifecycle is made below, before the dispatcher starts.
+		Disable: func(ctx context.Context, id, reason string) error { return a.life.Disable(ctx, id, reason) },
+		Failing: func(ctx context.Context, f dispatch.Failure) { a.life.Failing(ctx, lifecycle.Failure(f)) },
 	})
 	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
+	shedCfg := cfg.Shed
+	shedCfg.Log = cfg.Log
+	a.shed = shed.New(shedCfg)
+	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed),
+		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
+	a.life = lifecycle.New(lifecycle.Config{Store: st, Subs: a.subsvc, Ingest: a.ingest, Log: cfg.Log,
+		Owns:         func(host string) bool { return a.dispatch.OwnsShard(core.ShardOf(host)) },
+		DisableAfter: cfg.DisableAfter})
 	if err := a.dispatch.Start(ctx); err != nil {
+		a.ingest.Close()
 		st.Close()
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
 	}
+	a.life.Start()
 	a.keys = api.NewKeyCache(st, cfg.Log)
 	a.keys.Start()
 	if shared {
 		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log, a.keys)
 	}
-	shedCfg := cfg.Shed
-	shedCfg.Log = cfg.Log
-	a.shed = shed.New(shedCfg)
 	a.shed.Start(st, func(id string) bool {
 		sub, ok := reg.Get(id)
 		return ok && sub.State == core.SubActive
 	})
 	a.metrics.WatchShed(a.shed.Count)
-	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed),
-		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
@@ -275,6 +287,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.stopping.Store(true)
 	herr := a.http.Shutdown(ctx)
 	kerr := a.keys.Stop(ctx)
+	a.life.Stop()
 	a.ingest.Close()
 	a.shed.Stop()
 	a.replays.Stop()

@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // DeliveryState is where a delivery stands; see docs/architecture.md.
 type DeliveryState string
@@ -132,7 +135,20 @@ type Event struct {
 	IdempotencyKey string
 	OrderingKey    string
 	CreatedAt      time.Time
+	// About and Only steer an event hookd emits itself, at ingest (they are
+	// not stored: its deliveries are). About is the subscription the event
+	// is about, which never receives it, so a broken endpoint cannot feed a
+	// loop; Only, when set, is the one subscription it goes to (a test event).
+	About, Only string
 }
+
+// ReservedPrefix starts the types of the events hookd emits itself
+// (operational webhooks, test events): tenants cannot post them, and only
+// a pattern naming them (hookd.* or an exact type) receives them, never *.
+const ReservedPrefix = "hookd."
+
+// Reserved reports whether an event type is hookd's own.
+func Reserved(eventType string) bool { return strings.HasPrefix(eventType, ReservedPrefix) }
 
 type Delivery struct {
 	ID             string

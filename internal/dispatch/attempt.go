@@ -194,9 +194,11 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 	case out.Conn && h.outcomes.tripping(now, connections):
 		h.breaker.trip(now)
 		h.cause = byConnections
+		d.hostFailingLocked(h, out, now)
 	case failed && h.mostEndpointsFailing(now):
 		h.breaker.trip(now)
 		h.cause = byEndpoints
+		d.hostFailingLocked(h, out, now)
 	}
 
 	// A failed connection says nothing of the endpoint behind it.
@@ -214,6 +216,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 			}
 		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
 			l.breaker.trip(now)
+			d.failingLocked(l.subID, "endpoint_circuit_open", out.StatusCode, out.Err, now)
 		}
 	}
 
@@ -235,7 +238,8 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 // nextState applies the retry policy to one attempt's outcome.
 func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) result {
 	n := dl.AttemptCount + 1
-	r := result{subID: sub.ID, ordered: dl.Sequence > 0}
+	r := result{ordered: dl.Sequence > 0}
+	r.SubscriptionID = sub.ID
 	r.Attempt = core.Attempt{
 		DeliveryID: dl.ID, N: n, StartedAt: out.StartedAt, Duration: out.Duration,
 		StatusCode: out.StatusCode, Error: out.Err, Response: out.Response,
@@ -295,7 +299,7 @@ func (d *Dispatcher) written(batch []result, began time.Time) {
 		if h == nil {
 			continue
 		}
-		l := h.lanes[r.subID]
+		l := h.lanes[r.SubscriptionID]
 		if l == nil {
 			continue
 		}
@@ -314,6 +318,9 @@ func (d *Dispatcher) written(batch []result, began time.Time) {
 		if r.ordered && r.State != core.DeliveryPending {
 			l.due(now) // the next of its ordering key may go now
 		}
+		if r.State == core.DeliveryFailed {
+			d.failingLocked(r.SubscriptionID, "delivery_failed", r.Attempt.StatusCode, r.Attempt.Error, r.Attempt.StartedAt)
+		}
 		touched[h] = true
 	}
 	for h := range touched {
@@ -321,7 +328,7 @@ func (d *Dispatcher) written(batch []result, began time.Time) {
 	}
 	d.mu.Unlock()
 	for _, r := range disable {
-		d.disableAsync(r.subID, r.disable)
+		d.disableAsync(r.SubscriptionID, r.disable)
 	}
 }
 
@@ -361,4 +368,52 @@ func (d *Dispatcher) disable(subID, reason string) {
 		return
 	}
 	d.cfg.Log.Warn("subscription disabled", "subscription", subID, "reason", reason)
+}
+
+// failureQueue bounds the failure reports waiting for Config.Failing; a
+// report that does not fit is dropped and made again at the next sign.
+const failureQueue = 1024
+
+// failingLocked reports that a subscription fails, at most once an hour on
+// this node (the store's alert state bounds it across nodes).
+func (d *Dispatcher) failingLocked(subID, reason string, status int, errText string, now time.Time) {
+	if d.cfg.Failing == nil || d.failuresClosed {
+		return
+	}
+	hs := d.health[subID]
+	if hs == nil {
+		hs = &subHealth{}
+		d.health[subID] = hs
+	}
+	if !hs.reportedAt.IsZero() && now.Sub(hs.reportedAt) < failureReportEvery {
+		return
+	}
+	select {
+	case d.failures <- Failure{SubscriptionID: subID, Reason: reason, Status: status, Error: errText, At: now}:
+		hs.reportedAt = now
+	default:
+	}
+}
+
+// failureReportEvery is how often one subscription's failing is reported.
+const failureReportEvery = time.Hour
+
+// hostFailingLocked reports every endpoint with work on a host whose own
+// circuit just opened: their owners' deliveries wait on it.
+func (d *Dispatcher) hostFailingLocked(h *host, out send.Outcome, now time.Time) {
+	for id, l := range h.lanes {
+		if l.queued() > 0 || l.inflight > 0 {
+			d.failingLocked(id, "host_circuit_open", out.StatusCode, out.Err, now)
+		}
+	}
+}
+
+// reportFailures hands the queued reports to Config.Failing, one at a time.
+func (d *Dispatcher) reportFailures() {
+	defer close(d.failuresDone)
+	for f := range d.failures {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		d.cfg.Failing(ctx, f)
+		cancel()
+	}
 }

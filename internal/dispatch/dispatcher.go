@@ -78,6 +78,19 @@ type Config struct {
 	// Gone: the subscription service's Disable, so it is ordered like every
 	// other change (nil: the 410 only fails its delivery).
 	Disable func(ctx context.Context, subID, reason string) error
+	// Failing is told, off the dispatcher's lock and at most once an hour
+	// per subscription on this node, that an endpoint fails: reason is
+	// endpoint_circuit_open, host_circuit_open or delivery_failed, with the
+	// attempt that showed it (nil: nobody is told).
+	Failing func(ctx context.Context, f Failure)
+}
+
+// Failure is one report for Config.Failing.
+type Failure struct {
+	SubscriptionID, Reason string
+	Status                 int
+	Error                  string
+	At                     time.Time
 }
 
 // Dispatcher holds one big mutex, mu, over the host and lane state and
@@ -124,6 +137,12 @@ type Dispatcher struct {
 	idle       chan attemptArgs // attempt goroutines waiting for their next one
 	disabling  map[string]bool  // subscriptions being disabled (disableAsync)
 	disables   sync.WaitGroup
+	// failures queue reports for Config.Failing to one goroutine, so a host
+	// circuit opening over thousands of endpoints costs no goroutine each;
+	// closed (and failuresClosed set) once nothing can report any more.
+	failures       chan Failure
+	failuresClosed bool
+	failuresDone   chan struct{}
 }
 
 func New(cfg Config) *Dispatcher {
@@ -163,6 +182,7 @@ func New(cfg Config) *Dispatcher {
 		quit:      make(chan struct{}),
 		idle:      make(chan attemptArgs),
 		disabling: map[string]bool{},
+		failures:  make(chan Failure, failureQueue),
 	}
 	if l, ok := cfg.Store.(store.Leaser); ok {
 		d.leaser = l
@@ -190,6 +210,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err := d.resync(ctx); err != nil {
 		return err
 	}
+	d.failuresDone = make(chan struct{})
+	go d.reportFailures()
 	go d.loop()
 	if d.leaser != nil {
 		d.leaseDone = make(chan struct{})
@@ -222,6 +244,13 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	d.cancelSend()
 	d.results.close()
 	d.disables.Wait()
+	d.mu.Lock()
+	d.failuresClosed = true
+	close(d.failures)
+	d.mu.Unlock()
+	if d.failuresDone != nil {
+		<-d.failuresDone
+	}
 	// Renewals ran through the drain so no one else sent meanwhile; the
 	// work is now written, so the shards can go.
 	if d.leaseDone != nil {

@@ -29,6 +29,9 @@ type outcome struct {
 type subHealth struct {
 	ring [healthRing]outcome
 	n    int // outcomes recorded ever; ring holds the last healthRing
+	// reportedAt is when the subscription was last reported failing
+	// (Config.Failing).
+	reportedAt time.Time
 }
 
 func (s *subHealth) add(now time.Time, out send.Outcome) {

@@ -184,7 +184,8 @@ func TestReplayWhileResultIsNotedIsSentWithoutResync(t *testing.T) {
 
 	ctx := context.Background()
 	began := time.Now() // the result write
-	r := result{host: host, subID: sub.ID}
+	r := result{host: host}
+	r.SubscriptionID = sub.ID
 	r.Attempt = core.Attempt{DeliveryID: x, N: 1, StartedAt: time.Now(), StatusCode: 200}
 	r.State, r.Now = core.DeliveryDelivered, time.Now()
 	if err := b.store.DeliveryRecordResults(ctx, []store.AttemptResult{r.AttemptResult}); err != nil {

@@ -14,7 +14,6 @@ import (
 type result struct {
 	store.AttemptResult
 	host    string
-	subID   string
 	ordered bool   // its lane's next delivery of the same key waits for this one
 	disable string // non-empty: disable the subscription with this reason once written
 	// eventAt is the event's acceptance, for the delivery-lag metric; zero

@@ -193,9 +193,13 @@ func (s *sim) path(host, path, typ string, behave behaviour, edit ...func(*core.
 }
 
 func (s *sim) start(edit ...func(*Config)) {
+	svc := subs.NewService(s.store, s.subs, nil)
 	cfg := Config{Store: s.store, Subs: s.subs, Sender: s.fleet,
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Disable: subs.NewService(s.store, s.subs, nil).Disable}
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Disable: func(ctx context.Context, id, reason string) error {
+			_, err := svc.Disable(ctx, id, reason)
+			return err
+		}}
 	for _, e := range edit {
 		e(&cfg)
 	}

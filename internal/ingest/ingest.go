@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ var ErrClosed = errors.New("ingest: closed")
 type Result struct {
 	EventID   string
 	Duplicate bool
+	// Deliveries are the event's deliveries as written (none for a
+	// duplicate): a test event's caller answers with its one delivery.
+	Deliveries []core.Delivery
 }
 
 type request struct {
@@ -259,7 +263,7 @@ func (in *Ingester) answer(answered chan struct{}) {
 		dups := 0
 		for i, r := range c.batch {
 			res := c.results[i]
-			r.reply <- reply{res: Result{EventID: res.EventID, Duplicate: res.Duplicate}}
+			r.reply <- reply{res: Result{EventID: res.EventID, Duplicate: res.Duplicate, Deliveries: res.Deliveries}}
 			if res.Duplicate {
 				dups++
 			}
@@ -270,8 +274,21 @@ func (in *Ingester) answer(answered chan struct{}) {
 
 // fanOut makes one delivery per matching subscription. A disabled or shed
 // subscription's delivery is written skipped, so it can be replayed later.
+// hookd's own events go only to patterns that name them, never to the
+// subscription they are about; a test event only to its one subscription.
 func (in *Ingester) fanOut(ev core.Event, now time.Time) []core.Delivery {
-	matched := in.subs.Match(ev.TenantID, ev.Type)
+	var matched []*core.Subscription
+	switch {
+	case ev.Only != "":
+		if s, ok := in.subs.Get(ev.Only); ok && s.TenantID == ev.TenantID {
+			matched = []*core.Subscription{s}
+		}
+	case core.Reserved(ev.Type):
+		matched = slices.DeleteFunc(in.subs.MatchNamed(ev.TenantID, ev.Type),
+			func(s *core.Subscription) bool { return s.ID == ev.About })
+	default:
+		matched = in.subs.Match(ev.TenantID, ev.Type)
+	}
 	out := make([]core.Delivery, 0, len(matched))
 	for _, s := range matched {
 		state, lastErr := core.DeliveryPending, ""

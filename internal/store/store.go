@@ -6,6 +6,8 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"hookd/internal/core"
@@ -208,7 +210,25 @@ type Store interface {
 	// a retried call whose commit did land) is not written again. A result
 	// whose delivery no longer exists (Purge removed it while its attempt
 	// ran) is dropped: failing the batch would fail every other result in it.
+	// In the same transaction each result's subscription learns whether it
+	// is failing (see Outcomes): a success clears its failing_since; a
+	// failure sets it unless set, or resets it when the last failure was
+	// over a day before (failing means failing every day).
 	DeliveryRecordResults(ctx context.Context, rs []AttemptResult) error
+
+	// SubscriptionsFailing lists the live, active subscriptions every
+	// attempt of which has failed since before or earlier, the last of them
+	// at lastAfter or later.
+	SubscriptionsFailing(ctx context.Context, before, lastAfter time.Time) ([]FailingSubscription, error)
+	// SubscriptionsRecovered lists the subscriptions alerted failing
+	// (SubscriptionAlert) whose attempts succeed again.
+	SubscriptionsRecovered(ctx context.Context) ([]FailingSubscription, error)
+	// SubscriptionAlert moves a subscription's alert state, once: with
+	// failing, to failing unless it is failing already or was alerted failing
+	// less than every before now; else from failing back to ok. It reports
+	// whether it moved: the caller sends the alert only then, so nodes
+	// racing send it once.
+	SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error)
 }
 
 type EventInsert struct {
@@ -295,14 +315,22 @@ type DeliveryStats struct {
 	OldestPendingAt time.Time // created_at of the oldest pending delivery; zero if none
 	Failed          int
 	OldestFailedAt  time.Time // created_at of the oldest failed delivery; zero if none
+	FailingSince    time.Time // every attempt since has failed; zero if the last succeeded
+}
+
+// FailingSubscription is a subscription whose attempts fail, and since when.
+type FailingSubscription struct {
+	ID, TenantID, URL, Host     string
+	FailingSince, LastFailureAt time.Time // zero once it recovered
 }
 
 // AttemptResult is one finished attempt and the delivery's state after it.
 type AttemptResult struct {
-	Attempt       core.Attempt
-	State         core.DeliveryState // pending (to retry), delivered or failed
-	NextAttemptAt time.Time          // when State is pending
-	Now           time.Time          // updated_at
+	SubscriptionID string
+	Attempt        core.Attempt
+	State          core.DeliveryState // pending (to retry), delivered or failed
+	NextAttemptAt  time.Time          // when State is pending
+	Now            time.Time          // updated_at
 }
 
 // Leaser is implemented by a backend several hookd nodes share (PostgreSQL).
@@ -439,4 +467,45 @@ func PageOf[T any](rows []T, limit int, id func(T) string) Page[T] {
 	}
 	page.Data = rows
 	return page
+}
+
+// Outcome is what one batch of results says of one subscription: its last
+// successful attempt, and the failed ones after it (all of them with none).
+type Outcome struct {
+	SubscriptionID            string
+	LastSuccess               time.Time // zero: none in the batch
+	FirstFailure, LastFailure time.Time // the failures after LastSuccess; zero: none
+}
+
+// Outcomes sums a batch of results by subscription, for failing_since.
+func Outcomes(rs []AttemptResult) []Outcome {
+	by := map[string]*Outcome{}
+	for _, r := range rs {
+		o := by[r.SubscriptionID]
+		if o == nil {
+			o = &Outcome{SubscriptionID: r.SubscriptionID}
+			by[r.SubscriptionID] = o
+		}
+		if at := r.Attempt.StartedAt; r.State == core.DeliveryDelivered && at.After(o.LastSuccess) {
+			o.LastSuccess = at
+		}
+	}
+	for _, r := range rs {
+		o, at := by[r.SubscriptionID], r.Attempt.StartedAt
+		if r.State == core.DeliveryDelivered || !at.After(o.LastSuccess) {
+			continue // failures before the last success do not count
+		}
+		if o.FirstFailure.IsZero() || at.Before(o.FirstFailure) {
+			o.FirstFailure = at
+		}
+		if at.After(o.LastFailure) {
+			o.LastFailure = at
+		}
+	}
+	out := make([]Outcome, 0, len(by))
+	for _, o := range by {
+		out = append(out, *o)
+	}
+	slices.SortFunc(out, func(a, b Outcome) int { return strings.Compare(a.SubscriptionID, b.SubscriptionID) })
+	return out
 }

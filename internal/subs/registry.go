@@ -186,13 +186,27 @@ func (r *Registry) Count(tenantID string) int {
 // Match returns the tenant's subscriptions whose patterns select eventType,
 // each once, ordered by ID. Pointers are shared: treat them as read-only.
 func (r *Registry) Match(tenantID, eventType string) []*core.Subscription {
+	return r.match(tenantID, eventType, true)
+}
+
+// MatchNamed is Match without the bare "*" pattern: the subscriptions
+// whose patterns name eventType (exactly or by prefix). hookd's own events
+// go only to those, so a catch-all endpoint sees nothing it did not ask for.
+func (r *Registry) MatchNamed(tenantID, eventType string) []*core.Subscription {
+	return r.match(tenantID, eventType, false)
+}
+
+func (r *Registry) match(tenantID, eventType string, all bool) []*core.Subscription {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	ix := r.byTenant[tenantID]
 	if ix == nil {
 		return nil
 	}
-	out := append([]*core.Subscription(nil), ix.all...)
+	var out []*core.Subscription
+	if all {
+		out = append(out, ix.all...)
+	}
 	out = append(out, ix.exact[eventType]...)
 	// Every "prefix." that eventType starts with: one lookup per dot.
 	for i := 0; i < len(eventType); i++ {

@@ -123,11 +123,12 @@ func (v *Service) update(ctx context.Context, tenantID, id, action string, mutat
 // errUnchanged tells change's callers that mutate found nothing to do.
 var errUnchanged = errors.New("unchanged")
 
-// Disable turns a subscription off for reason (its endpoint answered 410):
-// the store skips its pending deliveries, then the registry stops matching
-// it as active. It is a no-op if the subscription is already disabled or
-// gone. Errors are the store's.
-func (v *Service) Disable(ctx context.Context, id, reason string) error {
+// Disable turns a subscription off for reason (its endpoint answered 410,
+// or every attempt failed for days): the store skips its pending
+// deliveries, then the registry stops matching it as active. It reports
+// whether it changed anything: nothing if the subscription is already
+// disabled or gone. Errors are the store's.
+func (v *Service) Disable(ctx context.Context, id, reason string) (bool, error) {
 	_, err := v.Update(ctx, "", id, func(s *core.Subscription) error {
 		if s.State == core.SubDisabled {
 			return errUnchanged
@@ -136,9 +137,9 @@ func (v *Service) Disable(ctx context.Context, id, reason string) error {
 		return nil
 	})
 	if errors.Is(err, errUnchanged) || errors.Is(err, store.ErrNotFound) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 // Delete marks a subscription deleted (the store skips its pending

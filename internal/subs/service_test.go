@@ -207,7 +207,7 @@ func TestServiceLeavesRegistryAloneWhenTheStoreFails(t *testing.T) {
 	if _, err := b.svc.Update(t.Context(), "", sub.ID, setState(core.SubActive)); !errors.Is(err, boom) {
 		t.Fatalf("Update: %v, want %v", err, boom)
 	}
-	if err := b.svc.Disable(t.Context(), sub.ID, "410"); !errors.Is(err, boom) {
+	if _, err := b.svc.Disable(t.Context(), sub.ID, "410"); !errors.Is(err, boom) {
 		t.Fatalf("Disable: %v, want %v", err, boom)
 	}
 	if _, err := b.svc.Rotate(t.Context(), "", sub.ID); !errors.Is(err, boom) {
@@ -268,8 +268,8 @@ func TestServiceNotFound(t *testing.T) {
 func TestServiceDisable(t *testing.T) {
 	b := setupService(t)
 	sub := b.create(t, "a.example:443")
-	if err := b.svc.Disable(t.Context(), sub.ID, "endpoint answered 410"); err != nil {
-		t.Fatal(err)
+	if changed, err := b.svc.Disable(t.Context(), sub.ID, "endpoint answered 410"); err != nil || !changed {
+		t.Fatalf("Disable: changed %v, %v; want it changed", changed, err)
 	}
 	s := b.stored(t, sub.ID)
 	r, _ := b.svc.Registry().Get(sub.ID)
@@ -277,16 +277,16 @@ func TestServiceDisable(t *testing.T) {
 		t.Fatalf("after Disable: store %s %q, registry %s", s.State, s.DisabledReason, r.State)
 	}
 	writes := b.st.count()
-	if err := b.svc.Disable(t.Context(), sub.ID, "again"); err != nil {
-		t.Fatal(err)
+	if changed, err := b.svc.Disable(t.Context(), sub.ID, "again"); err != nil || changed {
+		t.Fatalf("Disable again: changed %v, %v; want nothing changed", changed, err)
 	}
 	gone := b.create(t, "b.example:443")
 	if err := b.svc.Delete(t.Context(), "", gone.ID); err != nil {
 		t.Fatal(err)
 	}
 	writes++ // the delete
-	if err := b.svc.Disable(t.Context(), gone.ID, "410"); err != nil {
-		t.Fatalf("Disable of a deleted subscription: %v, want nil", err)
+	if changed, err := b.svc.Disable(t.Context(), gone.ID, "410"); err != nil || changed {
+		t.Fatalf("Disable of a deleted subscription: changed %v, %v; want nothing changed", changed, err)
 	}
 	if b.st.count() != writes {
 		t.Errorf("%d store writes, want %d: a no-op Disable wrote", b.st.count(), writes)

@@ -285,20 +285,35 @@ func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutof
 
 func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
 	var st store.DeliveryStats
-	var oldestPending, oldestFailed pgtype.Timestamptz
-	err := s.pool.QueryRow(ctx, `SELECT
+	var oldestPending, oldestFailed, failingSince pgtype.Timestamptz
+	err := s.pool.QueryRow(ctx, `SELECT s.failing_since,
 		(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
 		(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
 		(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
 		(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'failed')
 		FROM subscriptions s WHERE s.id = $1 AND s.deleted_at IS NULL AND ($2 = '' OR s.tenant_id = $2)`,
-		subscriptionID, tenantID).Scan(&st.Pending, &oldestPending, &st.Failed, &oldestFailed)
+		subscriptionID, tenantID).Scan(&failingSince, &st.Pending, &oldestPending, &st.Failed, &oldestFailed)
 	if err != nil {
 		return st, mapErr(err)
 	}
 	st.OldestPendingAt, st.OldestFailedAt = tm(oldestPending), tm(oldestFailed)
+	st.FailingSince = tm(failingSince)
 	return st, nil
 }
+
+// recordFailingSQL keeps each subscription's failing_since and
+// last_failure_at from one batch's Outcome (see store.Outcomes); a healthy
+// subscription's row is not written. Subscriptions come sorted by ID, so
+// two writers lock them in one order.
+const recordFailingSQL = `UPDATE subscriptions s SET
+		failing_since = CASE
+			WHEN v.ok_at IS NOT NULL THEN v.first_fail
+			WHEN s.failing_since IS NULL OR s.last_failure_at < v.first_fail - interval '1 day' THEN v.first_fail
+			ELSE s.failing_since END,
+		last_failure_at = CASE WHEN v.last_fail IS NULL THEN s.last_failure_at
+			ELSE greatest(s.last_failure_at, v.last_fail) END
+	FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS v(id, ok_at, first_fail, last_fail)
+	WHERE s.id = v.id AND (s.failing_since IS NOT NULL OR v.last_fail IS NOT NULL)`
 
 const (
 	// recordMovedSQL moves each delivery on from its attempt (if it is
@@ -373,6 +388,13 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 		}
 		b.Queue(recordMovedSQL, ids, ns, codes, errs, states, next, now, started, durs, resps)
 	}
+	outs := store.Outcomes(rs)
+	subIDs := make([]string, len(outs))
+	okAt, firstFail, lastFail := make([]pgtype.Timestamptz, len(outs)), make([]pgtype.Timestamptz, len(outs)), make([]pgtype.Timestamptz, len(outs))
+	for i, o := range outs {
+		subIDs[i], okAt[i], firstFail[i], lastFail[i] = o.SubscriptionID, ts(o.LastSuccess), ts(o.FirstFailure), ts(o.LastFailure)
+	}
+	b.Queue(recordFailingSQL, subIDs, okAt, firstFail, lastFail)
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		br := tx.SendBatch(ctx, b)
 		var recorded int64
@@ -383,6 +405,10 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 				return err
 			}
 			recorded += tag.RowsAffected()
+		}
+		if _, err := br.Exec(); err != nil { // recordFailingSQL
+			br.Close()
+			return fmt.Errorf("noting whether subscriptions fail: %w", err)
 		}
 		if err := br.Close(); err != nil {
 			return err

@@ -295,17 +295,19 @@ func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutof
 func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
 	var st store.DeliveryStats
 	var oldestPending, oldestFailed sql.NullInt64
-	err := s.r.QueryRowContext(ctx, `SELECT
+	var failingSince int64
+	err := s.r.QueryRowContext(ctx, `SELECT s.failing_since,
 		(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
 		(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
 		(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
 		(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed')
 		FROM subscriptions s WHERE s.id = ? AND s.deleted_at IS NULL AND (? = '' OR s.tenant_id = ?)`,
-		subscriptionID, tenantID, tenantID).Scan(&st.Pending, &oldestPending, &st.Failed, &oldestFailed)
+		subscriptionID, tenantID, tenantID).Scan(&failingSince, &st.Pending, &oldestPending, &st.Failed, &oldestFailed)
 	if err != nil {
 		return st, mapErr(err)
 	}
 	st.OldestPendingAt, st.OldestFailedAt = tm(oldestPending.Int64), tm(oldestFailed.Int64)
+	st.FailingSince = tm(failingSince)
 	return st, nil
 }
 
@@ -376,13 +378,37 @@ func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 	if err := write(); err != nil {
 		return err
 	}
-	if moved == int64(len(rs)) {
-		return nil
+	if moved < int64(len(rs)) {
+		// recordOvertaken passes over the attempts just written (already recorded).
+		for _, r := range rs {
+			if err := recordOvertaken(ctx, tx, r.Attempt); err != nil {
+				return err
+			}
+		}
 	}
-	// recordOvertaken passes over the attempts just written (already recorded).
-	for _, r := range rs {
-		if err := recordOvertaken(ctx, tx, r.Attempt); err != nil {
-			return err
+	return s.recordFailing(ctx, tx, rs)
+}
+
+// failingSQL keeps a subscription's failing_since and last_failure_at from
+// one batch's Outcome; a healthy subscription's row is not written.
+const failingSQL = `UPDATE subscriptions SET
+	failing_since = CASE
+		WHEN ?1 > 0 THEN ?2
+		WHEN failing_since = 0 OR last_failure_at < ?2 - 86400000000000 THEN ?2
+		ELSE failing_since END,
+	last_failure_at = max(last_failure_at, ?3)
+	WHERE id = ?4 AND (failing_since > 0 OR ?3 > 0)`
+
+// recordFailing applies the batch's outcomes to their subscriptions.
+func (s *Store) recordFailing(ctx context.Context, tx *sql.Tx, rs []store.AttemptResult) error {
+	st, err := s.inTx(ctx, tx, failingSQL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for _, o := range store.Outcomes(rs) {
+		if _, err := st.ExecContext(ctx, ns(o.LastSuccess), ns(o.FirstFailure), ns(o.LastFailure), o.SubscriptionID); err != nil {
+			return fmt.Errorf("noting whether a subscription fails: %w", err)
 		}
 	}
 	return nil

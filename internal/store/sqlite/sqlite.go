@@ -43,7 +43,7 @@ type Store struct {
 // hotWrites are the statements every ingest and result batch runs.
 // Preparing costs more than running them, so each is prepared once on the
 // one writer connection and reused by every transaction.
-var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subStateSQL, nextSeqSQL},
+var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subStateSQL, nextSeqSQL, failingSQL},
 	insertDeliveries.sqls, insertAttempts.sqls, updateResults.sqls)
 
 // hotReads are the dispatcher's refill queries: parsing them cost as much

@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReplayJobs", testReplayJobs},
 		{"DeliveryRecordResults", testDeliveryRecordResults},
 		{"DeliveryRecordResultsOvertaken", testDeliveryRecordResultsOvertaken},
+		{"Failing", testFailing},
 		{"DeliveryReplay", testDeliveryReplay},
 		{"DeliveryList", testDeliveryList},
 		{"ConcurrentIngest", testConcurrentIngest},

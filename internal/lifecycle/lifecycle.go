@@ -1,0 +1,235 @@
+// Package lifecycle tells an endpoint's owner what happens to it, and acts
+// on what days of failures mean. It emits hookd's own operational events
+// (hookd.subscription.failing, .recovered, .disabled; hookd.replay.completed)
+// into the owner's tenant, as ordinary events: durable, signed, retried,
+// delivered only to subscriptions whose patterns name them and never to the
+// one they are about. And it disables a subscription every attempt of which
+// has failed for DisableAfter, with at least one attempt a day.
+//
+// What is failing lives in the store (failing_since, kept by the result
+// writes; the alert state, moved once per change), so nodes sharing it send
+// each alert once, and a restart forgets nothing.
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/ingest"
+	"hookd/internal/store"
+	"hookd/internal/subs"
+)
+
+// The operational event types.
+const (
+	TypeFailing         = core.ReservedPrefix + "subscription.failing"
+	TypeRecovered       = core.ReservedPrefix + "subscription.recovered"
+	TypeDisabled        = core.ReservedPrefix + "subscription.disabled"
+	TypeReplayCompleted = core.ReservedPrefix + "replay.completed"
+	TypeTest            = core.ReservedPrefix + "test"
+)
+
+const (
+	// DefaultDisableAfter is how long every attempt must fail before the
+	// subscription is disabled (as Svix does).
+	DefaultDisableAfter = 5 * 24 * time.Hour
+	// alertEvery bounds the failing alerts of one subscription: a flapping
+	// endpoint tells its owner at most once an hour (and recovers once).
+	alertEvery = time.Hour
+	// dailyAttempt: failing for days means attempts every day; a longer
+	// gap starts the count again (the store resets failing_since).
+	dailyAttempt = 24 * time.Hour
+	scanEvery    = time.Minute
+)
+
+// Submitter takes an event into the outbox: *ingest.Ingester.
+type Submitter interface {
+	Submit(ctx context.Context, ev core.Event) (ingest.Result, error)
+}
+
+type Config struct {
+	Store  store.Store
+	Subs   *subs.Service
+	Ingest Submitter
+	// Owns says whether this node dispatches a host: only its owner
+	// disables a subscription, so one node does it, once.
+	Owns func(host string) bool
+	// DisableAfter: 0 never disables.
+	DisableAfter time.Duration
+	Log          *slog.Logger
+}
+
+// Lifecycle runs one scan a minute (recoveries, auto-disable) and sends
+// the alerts the dispatcher reports.
+type Lifecycle struct {
+	cfg  Config
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+func New(cfg Config) *Lifecycle {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Owns == nil {
+		cfg.Owns = func(string) bool { return true }
+	}
+	return &Lifecycle{cfg: cfg, quit: make(chan struct{})}
+}
+
+// Start begins the scans; Stop ends them and waits.
+func (l *Lifecycle) Start() {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		t := time.NewTicker(scanEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.quit:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), scanEvery)
+				l.Scan(ctx, time.Now())
+				cancel()
+			}
+		}
+	}()
+}
+
+func (l *Lifecycle) Stop() {
+	close(l.quit)
+	l.wg.Wait()
+}
+
+// Failure is what the dispatcher saw: why the endpoint counts as failing
+// (its circuit opened, a delivery failed) and the attempt that showed it.
+type Failure struct {
+	SubscriptionID string
+	Reason         string // "circuit_open" or "delivery_failed"
+	Status         int
+	Error          string
+	At             time.Time
+}
+
+// Failing alerts the owner that an endpoint fails, unless it was alerted
+// failing within the hour or has not recovered since.
+func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
+	sub, ok := l.cfg.Subs.Registry().Get(f.SubscriptionID)
+	if !ok {
+		return
+	}
+	moved, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, true, time.Now().UTC(), alertEvery)
+	if err != nil || !moved {
+		l.logErr("noting a failing alert", sub.ID, err)
+		return
+	}
+	p := map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": f.Reason,
+		"last_status": f.Status, "last_error": f.Error, "last_attempt_at": f.At.UTC()}
+	if st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID); err == nil {
+		p["failing_since"], p["pending"], p["failed"] = timeOrNil(st.FailingSince), st.Pending, st.Failed
+	}
+	if l.emit(ctx, sub.TenantID, TypeFailing, sub.ID, p) != nil {
+		// Not sent: let the next sign of failing send it (an hour on).
+		_, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, false, time.Now().UTC(), alertEvery)
+		l.logErr("undoing a failing alert not sent", sub.ID, err)
+	}
+}
+
+// Disable turns a subscription off for reason (the dispatcher's, after a
+// 410; or the scan's) and, if that changed it, tells the owner.
+func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
+	sub, _ := l.cfg.Subs.Registry().Get(subID)
+	changed, err := l.cfg.Subs.Disable(ctx, subID, reason)
+	if err != nil || !changed || sub == nil {
+		return err
+	}
+	p := map[string]any{"subscription_id": subID, "url": sub.URL, "reason": reason, "disabled_at": time.Now().UTC()}
+	if st, err := l.cfg.Store.DeliveryStats(ctx, "", subID); err == nil {
+		p["failing_since"], p["failed"] = timeOrNil(st.FailingSince), st.Failed
+	}
+	l.emit(ctx, sub.TenantID, TypeDisabled, subID, p)
+	return nil
+}
+
+// ReplayCompleted tells the owner a bulk replay finished.
+func (l *Lifecycle) ReplayCompleted(ctx context.Context, job core.ReplayJob) {
+	sub, ok := l.cfg.Subs.Registry().Get(job.SubscriptionID)
+	if !ok {
+		return
+	}
+	l.emit(ctx, sub.TenantID, TypeReplayCompleted, "", map[string]any{
+		"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": sub.URL,
+		"since": job.Since, "until": timeOrNil(job.Until), "replayed": job.Replayed,
+	})
+}
+
+// Scan sends the recoveries due and disables what failed for DisableAfter.
+func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
+	rec, err := l.cfg.Store.SubscriptionsRecovered(ctx)
+	l.logErr("listing recovered subscriptions", "", err)
+	for _, f := range rec {
+		moved, err := l.cfg.Store.SubscriptionAlert(ctx, f.ID, false, now, alertEvery)
+		if err != nil || !moved {
+			l.logErr("noting a recovery", f.ID, err)
+			continue
+		}
+		l.emit(ctx, f.TenantID, TypeRecovered, f.ID, map[string]any{
+			"subscription_id": f.ID, "url": f.URL, "recovered_at": now.UTC()})
+	}
+	if l.cfg.DisableAfter <= 0 {
+		return
+	}
+	failing, err := l.cfg.Store.SubscriptionsFailing(ctx, now.Add(-l.cfg.DisableAfter), now.Add(-dailyAttempt))
+	l.logErr("listing failing subscriptions", "", err)
+	for _, f := range failing {
+		if !l.cfg.Owns(f.Host) {
+			continue
+		}
+		reason := fmt.Sprintf("every attempt failed for %s (since %s)", days(l.cfg.DisableAfter), f.FailingSince.UTC().Format(time.RFC3339))
+		if err := l.Disable(ctx, f.ID, reason); err != nil {
+			l.logErr("disabling a failing subscription", f.ID, err)
+		} else {
+			l.cfg.Log.Warn("subscription disabled", "subscription", f.ID, "reason", reason)
+		}
+	}
+}
+
+// emit writes one operational event into tenant's stream.
+func (l *Lifecycle) emit(ctx context.Context, tenant, typ, about string, payload map[string]any) error {
+	body, err := json.Marshal(payload)
+	if err == nil {
+		_, err = l.cfg.Ingest.Submit(ctx, core.Event{TenantID: tenant, Type: typ, Payload: body, About: about})
+	}
+	l.logErr("emitting "+typ, about, err)
+	return err
+}
+
+func (l *Lifecycle) logErr(what, subID string, err error) {
+	if err != nil {
+		l.cfg.Log.Error(what, "subscription", subID, "err", err)
+	}
+}
+
+func timeOrNil(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC()
+}
+
+// days says a duration in days when it is whole days.
+func days(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		if n := d / (24 * time.Hour); n != 1 {
+			return fmt.Sprintf("%d days", n)
+		}
+		return "1 day"
+	}
+	return d.String()
+}

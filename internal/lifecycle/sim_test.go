@@ -1,0 +1,275 @@
+//go:build !race
+
+package lifecycle
+
+// Simulations of days of an endpoint's life, under testing/synctest: the
+// real dispatcher, store, ingest and lifecycle, endpoints in memory. Built
+// without -race, as dispatch's simulations are (instrumented they take
+// minutes; go1.26.8's synctest timers fault under it).
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"hookd/internal/core"
+	"hookd/internal/dispatch"
+	"hookd/internal/ingest"
+	"hookd/internal/send"
+	"hookd/internal/store"
+	"hookd/internal/store/sqlite"
+	"hookd/internal/subs"
+	"hookd/internal/testenv"
+	"hookd/webhook"
+)
+
+// delivered is one attempt an endpoint answered.
+type delivered struct {
+	at     time.Time
+	typ    string
+	about  string // an operational event's subscription_id
+	status int
+}
+
+// world is one node and its endpoints, by URL.
+type world struct {
+	t      *testing.T
+	store  store.Store
+	svc    *subs.Service
+	d      *dispatch.Dispatcher
+	ingest *ingest.Ingester
+	life   *Lifecycle
+
+	mu     sync.Mutex
+	answer map[string]func(now time.Time) int // URL → status
+	seen   map[string][]delivered             // URL → attempts
+}
+
+func newWorld(t *testing.T, disableAfter time.Duration) *world {
+	dir := t.TempDir()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "hookd-life"); err == nil {
+			dir = d
+			t.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "life.db"), testenv.Keys(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, store: st, answer: map[string]func(time.Time) int{}, seen: map[string][]delivered{}}
+	reg := subs.New(nil)
+	w.svc = subs.NewService(st, reg, func(host, id string) { w.d.Wake(host, id) })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w.d = dispatch.New(dispatch.Config{Store: st, Subs: reg, Sender: w, Log: log, Resync: 10 * time.Minute,
+		Disable: func(ctx context.Context, id, reason string) error { return w.life.Disable(ctx, id, reason) },
+		Failing: func(ctx context.Context, f dispatch.Failure) { w.life.Failing(ctx, Failure(f)) }})
+	w.ingest = ingest.New(st, reg, w.d.Notify, ingest.WithReservations(w.d.Reserve, w.d.Release))
+	w.life = New(Config{Store: st, Subs: w.svc, Ingest: w.ingest, DisableAfter: disableAfter, Log: log})
+	if err := w.d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.life.Start()
+	return w
+}
+
+func (w *world) stop() {
+	w.life.Stop()
+	w.ingest.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w.d.Stop(ctx)
+	w.store.Close()
+}
+
+// subscribe adds a subscription at url (its own host) to patterns,
+// answering with answer.
+func (w *world) subscribe(url string, patterns []string, answer func(now time.Time) int) core.Subscription {
+	host, err := core.EndpointHost("url", url)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	secret, _ := webhook.NewSecret()
+	now := time.Now().UTC()
+	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: url, Host: host,
+		EventTypes: patterns, Secret: secret, State: core.SubActive, CreatedAt: now, UpdatedAt: now,
+		RetrySchedule: []time.Duration{time.Minute, 10 * time.Minute, time.Hour}}
+	if err := w.svc.Create(context.Background(), sub); err != nil {
+		w.t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.answer[url] = answer
+	w.mu.Unlock()
+	return sub
+}
+
+// Send answers as the endpoint at sub's URL does, after 10 ms.
+func (w *world) Send(ctx context.Context, sub *core.Subscription, job *core.Job, now time.Time) send.Outcome {
+	time.Sleep(10 * time.Millisecond)
+	w.mu.Lock()
+	status := w.answer[sub.URL](now)
+	var about struct {
+		SubscriptionID string `json:"subscription_id"`
+	}
+	json.Unmarshal(job.Event.Payload, &about)
+	w.seen[sub.URL] = append(w.seen[sub.URL], delivered{at: now, typ: job.Event.Type, about: about.SubscriptionID, status: status})
+	w.mu.Unlock()
+	out := send.Outcome{StartedAt: now, Duration: 10 * time.Millisecond, StatusCode: status, Class: send.Retry}
+	if status >= 200 && status < 300 {
+		out.Class = send.Delivered
+	}
+	return out
+}
+
+// events lists what url was sent of type typ and answered 2xx.
+func (w *world) events(url, typ string) []delivered {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []delivered
+	for _, d := range w.seen[url] {
+		if d.typ == typ && d.status < 300 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// traffic posts an event of typ every interval for span, in the background.
+func (w *world) traffic(wg *sync.WaitGroup, typ string, interval, span time.Duration) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for end := time.Now().Add(span); time.Now().Before(end); time.Sleep(interval) {
+			if _, err := w.ingest.Submit(context.Background(), core.Event{TenantID: core.DefaultTenant, Type: typ, Payload: []byte(`{}`)}); err != nil {
+				w.t.Error(err)
+				return
+			}
+		}
+	}()
+}
+
+func (w *world) state(id string) core.Subscription {
+	s, err := w.store.SubscriptionGet(context.Background(), "", id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return s
+}
+
+func always(status int) func(time.Time) int { return func(time.Time) int { return status } }
+
+const ops = "https://ops.example/hooks" // the tenant's operations endpoint, subscribed to hookd.*
+
+// Five days of failures, with attempts every day, disable the subscription,
+// and its owner hears of it exactly once, on its hookd.* endpoint, never
+// on the failing endpoint itself (which also asks for hookd.*).
+func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, DefaultDisableAfter)
+		start := time.Now()
+		dead := w.subscribe("https://dead.example/hook", []string{"order.*", "hookd.*"}, always(500))
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		var wg sync.WaitGroup
+		w.traffic(&wg, "order.created", 6*time.Hour, 6*24*time.Hour)
+		wg.Wait()
+		time.Sleep(time.Hour)
+
+		got := w.state(dead.ID)
+		disabled := w.events(ops, TypeDisabled)
+		if got.State != core.SubDisabled || len(disabled) != 1 {
+			t.Fatalf("after six days of 500s: state %s (%q), %d disabled events", got.State, got.DisabledReason, len(disabled))
+		}
+		if at := disabled[0].at.Sub(start); at < DefaultDisableAfter || at > DefaultDisableAfter+2*time.Hour {
+			t.Errorf("disabled event %s after the first failure, want just over %s", at, DefaultDisableAfter)
+		}
+		if disabled[0].about != dead.ID {
+			t.Errorf("the disabled event names %q, want %s", disabled[0].about, dead.ID)
+		}
+		if n := len(w.events(ops, TypeFailing)); n < 1 {
+			t.Errorf("%d failing events before the disable, want at least one", n)
+		}
+		w.mu.Lock()
+		for _, d := range w.seen[dead.URL] {
+			if core.Reserved(d.typ) {
+				t.Errorf("the failing endpoint was sent %s about itself", d.typ)
+			}
+		}
+		w.mu.Unlock()
+		t.Logf("disabled %s after the first failure: %q", disabled[0].at.Sub(start), got.DisabledReason)
+		w.stop()
+	})
+}
+
+// A success on the fourth day starts the count again: six days in, the
+// subscription is still active.
+func TestSimASuccessResetsTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, DefaultDisableAfter)
+		start := time.Now()
+		day4 := start.Add(4 * 24 * time.Hour)
+		flaky := w.subscribe("https://flaky.example/hook", []string{"order.*"}, func(now time.Time) int {
+			if !now.Before(day4) && now.Before(day4.Add(time.Hour)) {
+				return 200
+			}
+			return 500
+		})
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		var wg sync.WaitGroup
+		w.traffic(&wg, "order.created", 30*time.Minute, 6*24*time.Hour)
+		wg.Wait()
+		if got := w.state(flaky.ID); got.State != core.SubActive {
+			t.Fatalf("six days in, with a success on day four: %s (%q)", got.State, got.DisabledReason)
+		}
+		if n := len(w.events(ops, TypeDisabled)); n != 0 {
+			t.Errorf("%d disabled events", n)
+		}
+		if n := len(w.events(ops, TypeRecovered)); n < 1 {
+			t.Errorf("no recovered event after day four's success")
+		}
+		w.stop()
+	})
+}
+
+// An endpoint flapping every ten minutes for five hours tells its owner at
+// most one failing and one recovered an hour.
+func TestSimFlappingAlertsAtMostHourly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, DefaultDisableAfter)
+		start := time.Now()
+		w.subscribe("https://flap.example/hook", []string{"order.*"}, func(now time.Time) int {
+			if int(now.Sub(start)/(10*time.Minute))%2 == 1 {
+				return 500
+			}
+			return 200
+		})
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		var wg sync.WaitGroup
+		w.traffic(&wg, "order.created", 2*time.Second, 5*time.Hour)
+		wg.Wait()
+		time.Sleep(5 * time.Minute)
+		failing, recovered := w.events(ops, TypeFailing), w.events(ops, TypeRecovered)
+		for i := 1; i < len(failing); i++ {
+			if gap := failing[i].at.Sub(failing[i-1].at); gap < time.Hour {
+				t.Errorf("failing events %s apart", gap)
+			}
+		}
+		// Pairs: each recovered follows its failing, before the next failing.
+		for i, r := range recovered {
+			if i >= len(failing) || r.at.Before(failing[i].at) || (i+1 < len(failing) && r.at.After(failing[i+1].at)) {
+				t.Fatalf("recovered event %d at %s is not paired with failing event %d", i, r.at.Sub(start), i)
+			}
+		}
+		if len(failing) < 2 || len(recovered) < 2 || len(failing) > 6 || len(recovered) > 6 {
+			t.Errorf("%d failing and %d recovered events over five hours of flapping, want 2..6 each", len(failing), len(recovered))
+		}
+		t.Logf("five hours flapping every ten minutes: %d failing, %d recovered events", len(failing), len(recovered))
+		w.stop()
+	})
+}

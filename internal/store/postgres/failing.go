@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"hookd/internal/store"
+)
+
+const failingColumns = `id, tenant_id, url, host, failing_since, last_failure_at`
+
+func (s *Store) SubscriptionsFailing(ctx context.Context, before, lastAfter time.Time) ([]store.FailingSubscription, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT `+failingColumns+` FROM subscriptions
+		WHERE failing_since <= $1 AND last_failure_at >= $2 AND state = 'active' AND deleted_at IS NULL
+		ORDER BY id`, before, lastAfter)
+	return collectFailing(rows)
+}
+
+func (s *Store) SubscriptionsRecovered(ctx context.Context) ([]store.FailingSubscription, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT `+failingColumns+` FROM subscriptions
+		WHERE alert_state = 'failing' AND failing_since IS NULL ORDER BY id`)
+	return collectFailing(rows)
+}
+
+func collectFailing(rows pgx.Rows) ([]store.FailingSubscription, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.FailingSubscription, error) {
+		var f store.FailingSubscription
+		var since, last pgtype.Timestamptz
+		err := row.Scan(&f.ID, &f.TenantID, &f.URL, &f.Host, &since, &last)
+		f.FailingSince, f.LastFailureAt = tm(since), tm(last)
+		return f, err
+	})
+	return out, mapErr(err)
+}
+
+func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error) {
+	q, args := `UPDATE subscriptions SET alert_state = 'ok' WHERE id = $1 AND alert_state = 'failing'`, []any{id}
+	if failing {
+		q = `UPDATE subscriptions SET alert_state = 'failing', alerted_at = $2
+			WHERE id = $1 AND alert_state <> 'failing' AND (alerted_at IS NULL OR alerted_at <= $3)`
+		args = append(args, now, now.Add(-every))
+	}
+	tag, err := s.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return false, mapErr(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

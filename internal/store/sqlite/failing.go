@@ -1,0 +1,65 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"hookd/internal/store"
+)
+
+func (s *Store) SubscriptionsFailing(ctx context.Context, before, lastAfter time.Time) ([]store.FailingSubscription, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, tenant_id, url, host, failing_since, last_failure_at FROM subscriptions
+		WHERE failing_since > 0 AND failing_since <= ? AND last_failure_at >= ? AND state = 'active' AND deleted_at IS NULL
+		ORDER BY id`, ns(before), ns(lastAfter))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return collectFailing(rows)
+}
+
+func (s *Store) SubscriptionsRecovered(ctx context.Context) ([]store.FailingSubscription, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, tenant_id, url, host, failing_since, last_failure_at FROM subscriptions
+		WHERE alert_state = 'failing' AND failing_since = 0 ORDER BY id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return collectFailing(rows)
+}
+
+func collectFailing(rows *sql.Rows) ([]store.FailingSubscription, error) {
+	defer rows.Close()
+	var out []store.FailingSubscription
+	for rows.Next() {
+		var f store.FailingSubscription
+		var since, last int64
+		if err := rows.Scan(&f.ID, &f.TenantID, &f.URL, &f.Host, &since, &last); err != nil {
+			return nil, err
+		}
+		f.FailingSince, f.LastFailureAt = tm(since), tm(last)
+		out = append(out, f)
+	}
+	return out, mapErr(rows.Err())
+}
+
+func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error) {
+	var moved bool
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var res sql.Result
+		var err error
+		if failing {
+			res, err = tx.ExecContext(ctx, `UPDATE subscriptions SET alert_state = 'failing', alerted_at = ?
+				WHERE id = ? AND alert_state <> 'failing' AND alerted_at <= ?`, ns(now), id, ns(now.Add(-every)))
+		} else {
+			res, err = tx.ExecContext(ctx, `UPDATE subscriptions SET alert_state = 'ok'
+				WHERE id = ? AND alert_state = 'failing'`, id)
+		}
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		moved = n == 1
+		return err
+	})
+	return moved, mapErr(err)
+}
