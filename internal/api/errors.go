@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
@@ -33,7 +32,12 @@ func errInvalid(field, msg string) *apiError {
 }
 
 func errBadRequest(field, msg string) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Code: "bad_request", Field: field, Message: strings.TrimPrefix(field+": "+msg, ": ")}
+	// Prefixed only when there is a field: trimming ": " off the joined
+	// message also cut the start of a member named ": x" (found by fuzzing).
+	if field != "" {
+		msg = field + ": " + msg
+	}
+	return &apiError{Status: http.StatusBadRequest, Code: "bad_request", Field: field, Message: msg}
 }
 
 var (

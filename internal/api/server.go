@@ -199,6 +199,9 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
+			err = badText(r)
+		}
+		if err == nil {
 			// The peer address as the connection has it: X-Forwarded-For
 			// is anyone's to write, so it is not trusted.
 			r = r.WithContext(audit.WithActor(r.Context(), audit.Actor{ID: p.actor(), Addr: r.RemoteAddr}))

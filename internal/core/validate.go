@@ -3,12 +3,15 @@ package core
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // FieldError is bad input, naming the field at fault. The API answers it
@@ -72,8 +75,9 @@ func Matches(p, t string) bool {
 }
 
 // EndpointHost parses a subscription URL and returns its destination key,
-// lowercase host:port (default port filled in). Only absolute http(s) URLs
-// without fragments are accepted.
+// lowercase host:port (default port filled in, leading zeros dropped).
+// Only absolute http(s) URLs without credentials or fragments, naming an
+// ASCII host and a port from 1 to 65535, are accepted.
 func EndpointHost(field, raw string) (string, error) {
 	if raw == "" {
 		return "", fieldErr(field, "is required")
@@ -98,14 +102,44 @@ func EndpointHost(field, raw string) (string, error) {
 	if u.Fragment != "" {
 		return "", fieldErr(field, "must not have a fragment")
 	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
+	host := u.Hostname()
+	if strings.ContainsFunc(host, func(r rune) bool { return r >= utf8.RuneSelf }) {
+		// net/http maps such a name (IDNA) before it dials: "１２７．０．０．１"
+		// reaches 127.0.0.1, past the check of IP literals at registration.
+		return "", fieldErr(field, "must name its host in ASCII (an internationalised domain name in its xn-- form)")
 	}
-	return net.JoinHostPort(strings.ToLower(u.Hostname()), port), nil
+	if _, err := netip.ParseAddr(host); err != nil && !validHostName(host) {
+		// net/url lets "]", "a!b" or "(x)" stand as a host; none can be
+		// resolved, and each would be retried for a day.
+		return "", fieldErr(field, "must name its host as a DNS name (letters, digits, -, _ and .) or an IP address")
+	}
+	port := uint64(80)
+	if u.Scheme == "https" {
+		port = 443
+	}
+	if p := u.Port(); p != "" {
+		// Parsed, so "080" and "80" are one destination, and a port
+		// nothing can be dialled on is refused now, not retried for a day.
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return "", fieldErr(field, "must have a port from 1 to 65535")
+		}
+		port = n
+	}
+	return net.JoinHostPort(strings.ToLower(host), strconv.FormatUint(port, 10)), nil
+}
+
+// validHostName: letters, digits, '-', '_' and '.' (underscores appear in
+// service names), as a resolver takes them.
+func validHostName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') || c == '-' || c == '_' || c == '.' {
+			continue
+		}
+		return false
+	}
+	return s != ""
 }
 
 // ParseRetrySchedule parses Go durations ("5s", "1m") into a schedule.
