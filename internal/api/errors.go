@@ -76,6 +76,14 @@ func errInternal(requestID string) *apiError {
 // writeError maps any error to its status: the one table from application
 // errors to HTTP. It returns the error code answered.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
+	ae := s.errorFor(w, r, err)
+	writeJSON(w, ae.Status, map[string]any{"error": ae})
+	return ae.Code
+}
+
+// errorFor is the table: the answer to err (headers such as Retry-After
+// set on w), whichever API writes it.
+func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, err error) *apiError {
 	var ae *apiError
 	var fe *core.FieldError
 	switch {
@@ -97,8 +105,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 		s.log.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		ae = errInternal(id)
 	}
-	writeJSON(w, ae.Status, map[string]any{"error": ae})
-	return ae.Code
+	return ae
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
