@@ -117,3 +117,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		slog.Debug("writing response", "err", err)
 	}
 }
+
+// svixCodes are Svix's codes for hookd's where Svix has its own; others
+// (unavailable, ingest_rate_limited, …) keep hookd's.
+var svixCodes = map[string]string{
+	"not_found": "not_found", "unauthorized": "authentication_failed", "forbidden": "insufficient access",
+	"conflict": "conflict", "too_large": "payload_too_large", "internal": "server_error", "bad_request": "bad_request",
+}
+
+// svixBody is an error as Svix's API answers it: {code, detail}, or for a
+// field that is not valid (422) {detail: [{loc, msg, type}]}.
+func svixBody(ae *apiError) any {
+	if ae.Status == http.StatusUnprocessableEntity && ae.Field != "" {
+		loc := append([]string{"body"}, strings.Split(ae.Field, ".")...) // headers.X-Key: ["body", "headers", "X-Key"]
+		if q, ok := strings.CutPrefix(ae.Field, "query."); ok {
+			loc = []string{"query", q}
+		}
+		msg := strings.TrimPrefix(ae.Message, strings.TrimPrefix(ae.Field, "query.")+": ")
+		return map[string]any{"detail": []map[string]any{{"loc": loc, "msg": msg, "type": "value_error"}}}
+	}
+	code := ae.Code
+	if c, ok := svixCodes[code]; ok {
+		code = c
+	}
+	return map[string]string{"code": code, "detail": ae.Message}
+}

@@ -36,7 +36,7 @@ var (
 // Store is everything the API and the dispatcher need from storage. Every
 // method is safe for concurrent use. A tenantID of "" means any tenant (admin).
 //
-// The audit log: TenantCreate, APIKeyCreate, APIKeyRevoke,
+// The audit log: TenantCreate, TenantUpdate, TenantDelete, APIKeyCreate, APIKeyRevoke,
 // SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
 // DeliveryReplay and ReplayJobCreate write the entry their context carries
 // (audit.Record) in the change's own transaction, with TenantID set to the

@@ -95,27 +95,31 @@ func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store
 }
 
 func (s *Store) TenantUpdate(ctx context.Context, t core.Tenant) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE tenants SET name = $2, uid = $3, metadata = $4, rate_limit = $5, updated_at = $6
-		WHERE id = $1 AND deleted_at IS NULL`,
-		t.ID, t.Name, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ts(t.UpdatedAt))
-	if err != nil {
-		return mapErr(err)
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrNotFound
-	}
-	return nil
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE tenants SET name = $2, uid = $3, metadata = $4, rate_limit = $5, updated_at = $6
+			WHERE id = $1 AND deleted_at IS NULL`,
+			t.ID, t.Name, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ts(t.UpdatedAt))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		return writeAudit(ctx, tx, t.ID)
+	}))
 }
 
 func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE tenants SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, now)
-	if err != nil {
-		return mapErr(err)
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrNotFound
-	}
-	return nil
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE tenants SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, now)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		return writeAudit(ctx, tx, id)
+	}))
 }
 
 const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at`

@@ -99,7 +99,10 @@ func (s *Store) TenantUpdate(ctx context.Context, t core.Tenant) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tenants SET name = ?, uid = ?, metadata = ?, rate_limit = ?, updated_at = ?
 			WHERE id = ? AND deleted_at IS NULL`,
 			t.Name, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ns(t.UpdatedAt), t.ID)
-		return mustAffect(res, err)
+		if err := mustAffect(res, err); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, t.ID)
 	}))
 }
 
@@ -107,7 +110,10 @@ func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) erro
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tenants SET deleted_at = ?, updated_at = ? WHERE id = ? AND deleted_at IS NULL`,
 			ns(now), ns(now), id)
-		return mustAffect(res, err)
+		if err := mustAffect(res, err); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, id)
 	}))
 }
 

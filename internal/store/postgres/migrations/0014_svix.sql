@@ -34,6 +34,6 @@ CREATE TABLE event_types (
 );
 
 -- A tenant's messages, newest first. Built inside the migration's
--- transaction: on a large events table this holds writes to it for the
--- build (docs/operations.md).
-CREATE INDEX events_tenant ON events(tenant_id, id);
+-- transaction, which holds writes to events for the build; an operator
+-- may build it CONCURRENTLY beforehand (docs/operations.md).
+CREATE INDEX IF NOT EXISTS events_tenant ON events(tenant_id, id);
