@@ -262,9 +262,10 @@ func svixNames(ae *apiError) *apiError {
 	return &out
 }
 
-// svixPage answers a list in Svix's envelope. The iterator is the store's
-// cursor; paging backwards (prevIterator) is not offered.
-func svixPage[T, J any](w http.ResponseWriter, page store.Page[T], toJSON func(T) J) {
+// svixPage answers a list in Svix's envelope, limit being the page size
+// applied. The iterator is the store's cursor; paging backwards
+// (prevIterator) is not offered.
+func svixPage[T, J any](w http.ResponseWriter, page store.Page[T], limit int, toJSON func(T) J) {
 	data := make([]J, len(page.Data))
 	for i, v := range page.Data {
 		data[i] = toJSON(v)
@@ -274,7 +275,7 @@ func svixPage[T, J any](w http.ResponseWriter, page store.Page[T], toJSON func(T
 		iter = page.NextCursor
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "iterator": iter, "prevIterator": nil,
-		"done": page.NextCursor == "", "limit": len(data)})
+		"done": page.NextCursor == "", "limit": limit})
 }
 
 // errQuery is a bad query parameter, as Svix answers it: 422 at ["query", name].

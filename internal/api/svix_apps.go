@@ -108,14 +108,14 @@ func (s *Server) svixListApps(w http.ResponseWriter, r *http.Request, p principa
 		if iter < t.ID {
 			page.Data = []core.Tenant{t}
 		}
-		svixPage(w, page, toSvixApp)
+		svixPage(w, page, limit, toSvixApp)
 		return nil
 	}
 	page, err := s.Store.TenantList(r.Context(), store.TenantListParams{Cursor: iter, Limit: limit})
 	if err != nil {
 		return err
 	}
-	svixPage(w, page, toSvixApp)
+	svixPage(w, page, limit, toSvixApp)
 	return nil
 }
 

@@ -174,7 +174,7 @@ func (s *Server) svixListEndpoints(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
-	svixPage(w, page, toSvixEndpoint)
+	svixPage(w, page, limit, toSvixEndpoint)
 	return nil
 }
 

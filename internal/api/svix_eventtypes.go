@@ -111,7 +111,7 @@ func (s *Server) svixListEventTypes(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
-	svixPage(w, page, toSvixEventType)
+	svixPage(w, page, limit, toSvixEventType)
 	return nil
 }
 

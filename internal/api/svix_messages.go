@@ -118,7 +118,7 @@ func (s *Server) svixListMessages(w http.ResponseWriter, r *http.Request, p prin
 		return err
 	}
 	content := withContent(r)
-	svixPage(w, page, func(ev core.Event) svixMessageJSON { return toSvixMessage(ev, content) })
+	svixPage(w, page, limit, func(ev core.Event) svixMessageJSON { return toSvixMessage(ev, content) })
 	return nil
 }
 
@@ -268,7 +268,7 @@ func (s *Server) svixAttempts(w http.ResponseWriter, r *http.Request, params sto
 		}
 		page.Data = kept
 	}
-	svixPage(w, page, views.json)
+	svixPage(w, page, params.Limit, views.json)
 	return nil
 }
 
@@ -367,7 +367,7 @@ func (s *Server) svixListAttemptedMessages(w http.ResponseWriter, r *http.Reques
 		out.Data = append(out.Data, svixEndpointMessageJSON{svixMessageJSON: toSvixMessage(ev, content),
 			Status: svixStatus(d.State), NextAttempt: nextAttempt(d)})
 	}
-	svixPage(w, out, func(m svixEndpointMessageJSON) svixEndpointMessageJSON { return m })
+	svixPage(w, out, limit, func(m svixEndpointMessageJSON) svixEndpointMessageJSON { return m })
 	return nil
 }
 
@@ -396,7 +396,7 @@ func (s *Server) svixListAttemptedDestinations(w http.ResponseWriter, r *http.Re
 		out.Data = append(out.Data, svixMessageEndpointJSON{svixEndpointJSON: toSvixEndpoint(sub),
 			Status: svixStatus(d.State), NextAttempt: nextAttempt(d)})
 	}
-	svixPage(w, out, func(m svixMessageEndpointJSON) svixMessageEndpointJSON { return m })
+	svixPage(w, out, len(out.Data), func(m svixMessageEndpointJSON) svixMessageEndpointJSON { return m })
 	return nil
 }
 

@@ -68,6 +68,10 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 	if st, out := a.Do("GET", "/api/v1/app/acme/msg?limit=0", nil); st != 422 || svixLoc(out) != "query.limit" {
 		t.Errorf("limit=0: %d %v", st, out)
 	}
+	// Older SDKs end paths with a slash; the envelope says the limit applied.
+	if out := a.Must(http.StatusOK, "GET", "/api/v1/app/?limit=250", nil); out["limit"] != float64(100) || out["done"] != true || out["prevIterator"] != nil {
+		t.Errorf("the application list's envelope: %v", out)
+	}
 	// Nothing was written: one application (and the default tenant), no endpoint, no message.
 	if n := len(a.Must(http.StatusOK, "GET", "/api/v1/app", nil)["data"].([]any)); n != 2 {
 		t.Errorf("%d applications, want acme and default", n)
