@@ -27,9 +27,13 @@ const maxBody = core.MaxPayloadBytes + 64<<10
 // (encoding/json would take "TYPE" for "type"), no member twice at any
 // depth (which one wins differs between parsers), no unknown member, no
 // trailing data. Each refusal is a 400 naming the field at fault.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
+func decode(w http.ResponseWriter, r *http.Request, v any) error { return decodeJSON(w, r, v, true) }
+
+// decodeJSON is decode; with strict false an unknown member is passed
+// over, as Svix's server does (its SDKs may send fields hookd lacks).
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, strict bool) error {
 	body := http.MaxBytesReader(w, r.Body, maxBody)
-	if err := json.UnmarshalRead(body, v, json.RejectUnknownMembers(true)); err != nil {
+	if err := json.UnmarshalRead(body, v, json.RejectUnknownMembers(strict)); err != nil {
 		return decodeError(err)
 	}
 	if field := nulField(reflect.ValueOf(v), ""); field != "" {

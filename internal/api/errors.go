@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
@@ -80,6 +81,14 @@ func errInternal(requestID string) *apiError {
 // writeError maps any error to its status: the one table from application
 // errors to HTTP. It returns the error code answered.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
+	ae := s.errorFor(w, r, err)
+	writeJSON(w, ae.Status, map[string]any{"error": ae})
+	return ae.Code
+}
+
+// errorFor is the table: the answer to err (headers such as Retry-After
+// set on w), whichever API writes it.
+func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, err error) *apiError {
 	var ae *apiError
 	var fe *core.FieldError
 	switch {
@@ -101,8 +110,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 		s.log.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		ae = errInternal(id)
 	}
-	writeJSON(w, ae.Status, map[string]any{"error": ae})
-	return ae.Code
+	return ae
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -113,4 +121,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		slog.Debug("writing response", "err", err)
 	}
+}
+
+// svixCodes are Svix's codes for hookd's where Svix has its own; others
+// (unavailable, ingest_rate_limited, …) keep hookd's.
+var svixCodes = map[string]string{
+	"not_found": "not_found", "unauthorized": "authentication_failed", "forbidden": "insufficient access",
+	"conflict": "conflict", "too_large": "payload_too_large", "internal": "server_error", "bad_request": "bad_request",
+}
+
+// svixBody is an error as Svix's API answers it: {code, detail}, or for a
+// field that is not valid (422) {detail: [{loc, msg, type}]}.
+func svixBody(ae *apiError) any {
+	if ae.Status == http.StatusUnprocessableEntity && ae.Field != "" {
+		loc := append([]string{"body"}, strings.Split(ae.Field, ".")...) // headers.X-Key: ["body", "headers", "X-Key"]
+		if q, ok := strings.CutPrefix(ae.Field, "query."); ok {
+			loc = []string{"query", q}
+		}
+		msg := strings.TrimPrefix(ae.Message, strings.TrimPrefix(ae.Field, "query.")+": ")
+		return map[string]any{"detail": []map[string]any{{"loc": loc, "msg": msg, "type": "value_error"}}}
+	}
+	code := ae.Code
+	if c, ok := svixCodes[code]; ok {
+		code = c
+	}
+	return map[string]string{"code": code, "detail": ae.Message}
 }

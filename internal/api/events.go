@@ -9,6 +9,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"hookd/internal/core"
+	"hookd/internal/ingest"
 )
 
 type createEventRequest struct {
@@ -24,38 +25,16 @@ func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	if err := core.ValidateEventType("type", req.Type); err != nil {
+	ev := core.Event{Type: req.Type, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey}
+	if err := validateEvent(ev); err != nil {
 		return err
-	}
-	if core.Reserved(req.Type) {
-		return errInvalid("type", "types starting with "+core.ReservedPrefix+" are hookd's own events and cannot be posted")
-	}
-	if len(req.Payload) == 0 || bytes.Equal(req.Payload, []byte("null")) {
-		return errInvalid("payload", "is required")
-	}
-	if len(req.Payload) > core.MaxPayloadBytes {
-		return errTooLarge
-	}
-	if len(req.IdempotencyKey) > 255 {
-		return errInvalid("idempotency_key", "must be at most 255 characters")
-	}
-	if len(req.OrderingKey) > 255 {
-		return errInvalid("ordering_key", "must be at most 255 characters")
 	}
 	tenant, err := s.tenantFor(r.Context(), p, req.TenantID)
 	if err != nil {
 		return err
 	}
-	if err := s.limitIngest(w, tenant); err != nil {
-		return err
-	}
-	res, err := s.Ingest.Submit(r.Context(), core.Event{
-		TenantID:       tenant,
-		Type:           req.Type,
-		Payload:        req.Payload,
-		IdempotencyKey: req.IdempotencyKey,
-		OrderingKey:    req.OrderingKey,
-	})
+	ev.TenantID = tenant
+	res, err := s.submitEvent(w, r, ev)
 	if err != nil {
 		return err
 	}
@@ -65,6 +44,40 @@ func (s *Server) createEvent(w http.ResponseWriter, r *http.Request, p principal
 	}
 	writeJSON(w, status, map[string]string{"id": res.EventID})
 	return nil
+}
+
+// validateEvent checks what a client posts of an event, naming /v1's
+// fields; both APIs post through it.
+func validateEvent(ev core.Event) error {
+	if err := core.ValidateEventType("type", ev.Type); err != nil {
+		return err
+	}
+	if core.Reserved(ev.Type) {
+		return errInvalid("type", "types starting with "+core.ReservedPrefix+" are hookd's own events and cannot be posted")
+	}
+	if len(ev.Payload) == 0 || bytes.Equal(ev.Payload, []byte("null")) {
+		return errInvalid("payload", "is required")
+	}
+	if len(ev.Payload) > core.MaxPayloadBytes {
+		return errTooLarge
+	}
+	if len(ev.IdempotencyKey) > 255 {
+		return errInvalid("idempotency_key", "must be at most 255 characters")
+	}
+	if len(ev.OrderingKey) > 255 {
+		return errInvalid("ordering_key", "must be at most 255 characters")
+	}
+	return nil
+}
+
+// submitEvent takes a token from the event's tenant's ingest rate and
+// writes the event (validated, tenant resolved): the one way a client's
+// event comes in.
+func (s *Server) submitEvent(w http.ResponseWriter, r *http.Request, ev core.Event) (ingest.Result, error) {
+	if err := s.limitIngest(w, ev.TenantID); err != nil {
+		return ingest.Result{}, err
+	}
+	return s.Ingest.Submit(r.Context(), ev)
 }
 
 type eventJSON struct {

@@ -42,12 +42,57 @@ var v1Routes = []string{
 	"GET /v1/audit",
 }
 
+// svixRoutes is every pattern svixRoutes registers under /api/v1 (the
+// Svix-compatible API, docs/svix.md), checked like v1Routes.
+var svixRoutes = []string{
+	"GET /api/v1/health",
+	"GET /api/v1/app",
+	"POST /api/v1/app",
+	"GET /api/v1/app/{app_id}",
+	"PUT /api/v1/app/{app_id}",
+	"PATCH /api/v1/app/{app_id}",
+	"DELETE /api/v1/app/{app_id}",
+	"GET /api/v1/app/{app_id}/endpoint",
+	"POST /api/v1/app/{app_id}/endpoint",
+	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}",
+	"PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}",
+	"PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}",
+	"DELETE /api/v1/app/{app_id}/endpoint/{endpoint_id}",
+	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret",
+	"POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate",
+	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/headers",
+	"PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}/headers",
+	"PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}/headers",
+	"POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/recover",
+	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/stats",
+	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg",
+	"POST /api/v1/app/{app_id}/msg",
+	"GET /api/v1/app/{app_id}/msg",
+	"GET /api/v1/app/{app_id}/msg/{msg_id}",
+	"GET /api/v1/app/{app_id}/msg/{msg_id}/endpoint",
+	"POST /api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend",
+	"GET /api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}",
+	"GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id}",
+	"GET /api/v1/app/{app_id}/attempt/msg/{msg_id}",
+	"GET /api/v1/event-type",
+	"POST /api/v1/event-type",
+	"GET /api/v1/event-type/{event_type_name}",
+	"PUT /api/v1/event-type/{event_type_name}",
+	"PATCH /api/v1/event-type/{event_type_name}",
+	"DELETE /api/v1/event-type/{event_type_name}",
+	"GET /api/v1/background-task/{task_id}",
+}
+
 // otherRoutes are the unauthenticated routes outside /v1, also documented.
 var otherRoutes = []string{
 	"GET /healthz",
 	"GET /readyz",
 	"GET /openapi.json",
 	"GET /metrics",
+}
+
+func allRoutes() []string {
+	return append(append(append([]string{}, v1Routes...), svixRoutes...), otherRoutes...)
 }
 
 // pathParam matches a {name} wildcard in a route pattern.
@@ -60,8 +105,9 @@ var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
 // fails here.
 func TestEveryRegisteredRouteIsListed(t *testing.T) {
 	s := New(Config{Metrics: metrics.New()})
-	listed := map[string]bool{"/v1/": true} // the catch-all: 404 or 405
-	for _, r := range append(append([]string{}, v1Routes...), otherRoutes...) {
+	// The catch-alls: 404 or 405 under /v1, 501 or 404 under Svix's paths.
+	listed := map[string]bool{"/v1/": true, "/api/v1/": true, "/ingest/api/v1/": true}
+	for _, r := range allRoutes() {
 		listed[r] = true
 	}
 	for _, p := range s.mux.patterns {
@@ -78,7 +124,7 @@ var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head",
 
 func TestRoutesAreServed(t *testing.T) {
 	s := New(Config{Metrics: metrics.New()})
-	for _, pattern := range append(append([]string{}, v1Routes...), otherRoutes...) {
+	for _, pattern := range allRoutes() {
 		method, path, _ := strings.Cut(pattern, " ")
 		req := httptest.NewRequest(method, pathParam.ReplaceAllString(path, "x"), nil)
 		if _, got := s.mux.Handler(req); got != pattern {
@@ -132,7 +178,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	ops := documented(doc)
 
 	registered := map[string]bool{}
-	for _, r := range append(append([]string{}, v1Routes...), otherRoutes...) {
+	for _, r := range allRoutes() {
 		registered[r] = true
 		if !ops[r] {
 			t.Errorf("route %s is registered but missing from openapi.json", r)

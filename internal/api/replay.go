@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -73,21 +74,34 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
-	// One running job per subscription: a second would only double the
-	// pace the job exists to bound.
-	defer s.replaying.lock(sub.ID)()
-	running, err := s.Store.ReplayJobsRunning(r.Context())
+	j, err := s.startReplay(r.Context(), sub, since, until, req.EventTypes)
 	if err != nil {
 		return err
 	}
+	out := toReplayJSON(j)
+	writeJSON(w, http.StatusAccepted, map[string]any{"job_id": j.ID, "job": out})
+	return nil
+}
+
+// startReplay starts a bulk replay job of sub's deliveries created in
+// [since, until) (until zero: no bound) of eventTypes (none: all), unless
+// one is running: the one way both APIs start one.
+func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, until time.Time, eventTypes []string) (core.ReplayJob, error) {
+	// One running job per subscription: a second would only double the
+	// pace the job exists to bound.
+	defer s.replaying.lock(sub.ID)()
+	running, err := s.Store.ReplayJobsRunning(ctx)
+	if err != nil {
+		return core.ReplayJob{}, err
+	}
 	for _, j := range running {
 		if j.SubscriptionID == sub.ID {
-			return errReplayRunning(j.ID)
+			return core.ReplayJob{}, errReplayRunning(j.ID)
 		}
 	}
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,
-		Since: since.UTC(), Until: until.UTC(), EventTypes: req.EventTypes, CreatedAt: now, UpdatedAt: now}
+		Since: since.UTC(), Until: until.UTC(), EventTypes: eventTypes, CreatedAt: now, UpdatedAt: now}
 	if j.EventTypes == nil {
 		j.EventTypes = []string{}
 	}
@@ -95,15 +109,13 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	if !j.Until.IsZero() {
 		detail["until"] = j.Until
 	}
-	if err := s.Store.ReplayJobCreate(audit.Record(r.Context(), audit.ReplaySubscription, sub.ID, detail), j); err != nil {
-		return err
+	if err := s.Store.ReplayJobCreate(audit.Record(ctx, audit.ReplaySubscription, sub.ID, detail), j); err != nil {
+		return core.ReplayJob{}, err
 	}
 	if s.Replays != nil {
 		s.Replays.Kick()
 	}
-	out := toReplayJSON(j)
-	writeJSON(w, http.StatusAccepted, map[string]any{"job_id": j.ID, "job": out})
-	return nil
+	return j, nil
 }
 
 func (s *Server) getReplay(w http.ResponseWriter, r *http.Request, p principal) error {

@@ -135,6 +135,7 @@ func New(cfg Config) *Server {
 	s.route("GET /v1/tenants/{id}/keys", s.listKeys)
 	s.route("DELETE /v1/tenants/{id}/keys/{key_id}", s.revokeKey)
 	s.route("GET /v1/audit", s.listAudit)
+	s.svixRoutes()
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
@@ -161,7 +162,9 @@ func (s *Server) allowed(r *http.Request) []string {
 	return allow
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, svixRequest(r))
+}
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.Ready != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -188,6 +189,21 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
+	sub.TenantID = tenant
+	if err := s.addSubscription(r.Context(), &sub); err != nil {
+		return err
+	}
+	out := toSubscriptionJSON(sub)
+	out.Secret = sub.Secret
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// addSubscription creates sub (validated, of a resolved tenant) within the
+// tenant's limit, with a new ID and times, and a new secret unless it has
+// one: the one way both APIs create a subscription.
+func (s *Server) addSubscription(ctx context.Context, sub *core.Subscription) error {
+	tenant := sub.TenantID
 	if limit := s.Limits.MaxSubscriptions; limit > 0 {
 		// Counted in this node's registry, which holds every live
 		// subscription (another node's within a notification).
@@ -196,20 +212,17 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p pr
 			return errSubscriptionLimit(tenant, limit)
 		}
 	}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		return err
+	if sub.Secret == "" {
+		secret, err := webhook.NewSecret()
+		if err != nil {
+			return err
+		}
+		sub.Secret = secret
 	}
 	now := time.Now().UTC()
-	sub.ID, sub.TenantID, sub.Secret = core.NewID("sub"), tenant, secret
+	sub.ID = core.NewID("sub")
 	sub.CreatedAt, sub.UpdatedAt = now, now
-	if err := s.Subs.Create(r.Context(), sub); err != nil {
-		return err
-	}
-	out := toSubscriptionJSON(sub)
-	out.Secret = secret
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return s.Subs.Create(ctx, *sub)
 }
 
 func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request, p principal) error {

@@ -25,6 +25,8 @@ const (
 // Actions, as stored and as filtered on in GET /v1/audit.
 const (
 	TenantCreate             = "tenant.create"
+	TenantUpdate             = "tenant.update" // an application's fields, through the Svix-compatible API
+	TenantDelete             = "tenant.delete"
 	KeyCreate                = "key.create"
 	KeyRevoke                = "key.revoke"
 	SubscriptionCreate       = "subscription.create"
@@ -40,7 +42,7 @@ const (
 
 // Actions is every action there is.
 var Actions = []string{
-	TenantCreate, KeyCreate, KeyRevoke,
+	TenantCreate, TenantUpdate, TenantDelete, KeyCreate, KeyRevoke,
 	SubscriptionCreate, SubscriptionUpdate, SubscriptionPause, SubscriptionResume,
 	SubscriptionDisable, SubscriptionDelete, SubscriptionRotateSecret,
 	ReplayDelivery, ReplaySubscription,

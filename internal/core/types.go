@@ -36,6 +36,15 @@ type Tenant struct {
 	ID        string
 	Name      string
 	CreatedAt time.Time
+
+	// Set through the Svix-compatible API, where a tenant is an
+	// application. UID is the application's uid when it is not itself a
+	// tenant ID (see docs/svix.md); "" none. RateLimit (per second, 0
+	// none) is the rate_limit endpoints created there start with.
+	UID       string
+	Metadata  map[string]string
+	RateLimit int
+	UpdatedAt time.Time // zero: never updated since created
 }
 
 // APIKey is a tenant's credential. Only the SHA-256 of the key is stored.
@@ -100,6 +109,17 @@ type Subscription struct {
 	// names canonical (see ValidateHeaders); sealed at rest like the
 	// secrets. Never changed in place: a change sets a new map.
 	Headers map[string]string
+
+	// SvixHeaders: each attempt also carries svix-id, svix-timestamp and
+	// svix-signature (the webhook-* values), for receivers verifying with
+	// Svix's libraries. Set on subscriptions created through /api/v1.
+	SvixHeaders bool
+	// An endpoint's fields in the Svix-compatible API: its uid (unique
+	// among the tenant's live subscriptions; "" none), description and
+	// metadata. hookd itself reads none of them.
+	UID         string
+	Description string
+	Metadata    map[string]string
 }
 
 // Secrets returns the secrets that sign a delivery at now: the current one and,
@@ -213,4 +233,18 @@ type DailyCount struct {
 	Failed         int64
 	Skipped        int64
 	Attempts       int64
+}
+
+// EventType documents an event type endpoints may filter on (the Svix
+// API's event types: hookd matches without them).
+type EventType struct {
+	Name         string
+	Description  string
+	Archived     bool
+	Deprecated   bool
+	GroupName    string
+	FeatureFlags []string
+	Schemas      []byte // a JSON object; nil: none
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }

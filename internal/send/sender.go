@@ -137,6 +137,11 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 		"Webhook-Id": vals[0:1:1], "Webhook-Timestamp": vals[1:2:2], "Webhook-Signature": vals[2:3:3],
 		"Content-Type": vals[3:4:4], "User-Agent": vals[4:5:5],
 	}
+	if sub.SvixHeaders {
+		// Made through the Svix-compatible API: Svix's libraries verify
+		// these names; the values are the same.
+		req.Header["Svix-Id"], req.Header["Svix-Timestamp"], req.Header["Svix-Signature"] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+	}
 
 	// The endpoint's own headers (its credentials). Names are canonical
 	// and never one hookd sets (core.ValidateHeaders); should a stored one

@@ -106,6 +106,35 @@ func TestSendHeadersAndSignature(t *testing.T) {
 	}
 }
 
+// A subscription made through the Svix-compatible API also carries
+// svix-* headers with the webhook-* values; one made through /v1 does not.
+func TestSendSvixHeaders(t *testing.T) {
+	srv, got := recorder(t)
+	s := New(Config{Guard: NewGuard(loopback), UserAgent: "hookd/test"})
+	now := time.Unix(1_714_000_000, 0)
+	for _, svix := range []bool{true, false} {
+		sub := testSub(srv.URL)
+		sub.SvixHeaders = svix
+		sub.PrevSecret, sub.PrevSecretExpiresAt = oldSecret, now.Add(time.Hour)
+		if out := s.Send(context.Background(), sub, testJob(), now); out.Class != Delivered {
+			t.Fatalf("svix %v: outcome %+v", svix, out)
+		}
+		c := <-got
+		for _, name := range []string{"Id", "Timestamp", "Signature"} {
+			w, v := c.header.Values("Webhook-"+name), c.header.Values("Svix-"+name)
+			switch {
+			case svix && (len(v) != 1 || len(w) != 1 || v[0] != w[0]):
+				t.Errorf("Svix-%s %q, want the Webhook-%s value %q", name, v, name, w)
+			case !svix && len(v) != 0:
+				t.Errorf("a /v1 subscription got Svix-%s %q", name, v)
+			}
+		}
+		if svix && !strings.Contains(c.header.Get("Svix-Signature"), " ") {
+			t.Errorf("Svix-Signature %q lacks the previous secret's signature", c.header.Get("Svix-Signature"))
+		}
+	}
+}
+
 func TestSendRotationSignsWithBothSecrets(t *testing.T) {
 	srv, got := recorder(t)
 	s := New(Config{Guard: NewGuard(loopback)})

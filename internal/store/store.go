@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -28,12 +29,14 @@ var (
 	// PostgreSQL disk_full). Nothing was written; reads may still work.
 	// Any writing method may return it.
 	ErrFull = errors.New("store full")
+	// ErrInvalidCursor: a list's cursor is not one the store made.
+	ErrInvalidCursor = errors.New("invalid cursor")
 )
 
 // Store is everything the API and the dispatcher need from storage. Every
 // method is safe for concurrent use. A tenantID of "" means any tenant (admin).
 //
-// The audit log: TenantCreate, APIKeyCreate, APIKeyRevoke,
+// The audit log: TenantCreate, TenantUpdate, TenantDelete, APIKeyCreate, APIKeyRevoke,
 // SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
 // DeliveryReplay and ReplayJobCreate write the entry their context carries
 // (audit.Record) in the change's own transaction, with TenantID set to the
@@ -229,6 +232,84 @@ type Store interface {
 	// whether it moved: the caller sends the alert only then, so nodes
 	// racing send it once.
 	SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error)
+
+	// What the Svix-compatible API needs beyond the above.
+	//
+	// TenantCreate with a zero key (ID "") inserts the tenant alone, and an
+	// ID whose tenant was deleted (TenantDelete) is taken again by the new
+	// one. TenantGet and TenantList see live tenants only.
+	//
+	// TenantByUID returns the live tenant whose UID is uid. ErrNotFound if none.
+	TenantByUID(ctx context.Context, uid string) (core.Tenant, error)
+	// TenantList pages live tenants by ID ascending.
+	TenantList(ctx context.Context, p TenantListParams) (Page[core.Tenant], error)
+	// TenantUpdate overwrites a live tenant's Name, UID, Metadata,
+	// RateLimit and UpdatedAt. ErrNotFound if absent; ErrConflict if
+	// another live tenant has the UID.
+	TenantUpdate(ctx context.Context, t core.Tenant) error
+	// TenantDelete marks a live tenant deleted. Its subscriptions and keys
+	// are the caller's to delete and revoke first. ErrNotFound if absent.
+	TenantDelete(ctx context.Context, id string, now time.Time) error
+	// SubscriptionByUID returns the tenant's live subscription whose UID is
+	// uid. ErrNotFound if none.
+	SubscriptionByUID(ctx context.Context, tenantID, uid string) (core.Subscription, error)
+	// EventList pages one tenant's events, newest (highest ID) first.
+	EventList(ctx context.Context, p EventListParams) (Page[core.Event], error)
+	// AttemptList pages the attempts of one subscription's or one event's
+	// deliveries (either or both given), newest first, each with its
+	// delivery.
+	AttemptList(ctx context.Context, p AttemptListParams) (Page[AttemptRow], error)
+	// EventTypeCreate inserts an event type. ErrConflict if the name exists
+	// (archived or not).
+	EventTypeCreate(ctx context.Context, et core.EventType) error
+	// EventTypeGet: ErrNotFound if absent (archived ones are found).
+	EventTypeGet(ctx context.Context, name string) (core.EventType, error)
+	// EventTypeList pages event types by name ascending.
+	EventTypeList(ctx context.Context, p EventTypeListParams) (Page[core.EventType], error)
+	// EventTypeUpdate overwrites everything but Name and CreatedAt.
+	// ErrNotFound if absent.
+	EventTypeUpdate(ctx context.Context, et core.EventType) error
+	// EventTypeDelete removes an event type. ErrNotFound if absent.
+	EventTypeDelete(ctx context.Context, name string) error
+}
+
+type TenantListParams struct {
+	Cursor string
+	Limit  int
+}
+
+type EventListParams struct {
+	TenantID     string
+	Types        []string  // exact; empty: any
+	Since, Until time.Time // on created_at: Since <= t < Until; zero: unbounded
+	Cursor       string
+	Limit        int
+}
+
+type AttemptListParams struct {
+	TenantID       string    // "" for any
+	SubscriptionID string    // "" for any (then EventID is given)
+	EventID        string    // "" for any (then SubscriptionID is given)
+	Since, Until   time.Time // on started_at: Since <= t < Until; zero: unbounded
+	Cursor         string    // from a previous page (AttemptRow.Cursor)
+	Limit          int
+}
+
+// AttemptRow is one attempt with its delivery.
+type AttemptRow struct {
+	Attempt  core.Attempt
+	Delivery core.Delivery
+}
+
+// Cursor orders attempts newest first: by delivery ID, then number.
+func (a AttemptRow) Cursor() string {
+	return fmt.Sprintf("%s.%010d", a.Attempt.DeliveryID, a.Attempt.N)
+}
+
+type EventTypeListParams struct {
+	IncludeArchived bool
+	Cursor          string
+	Limit           int
 }
 
 type EventInsert struct {

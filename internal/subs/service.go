@@ -166,10 +166,18 @@ func (v *Service) Delete(ctx context.Context, tenantID, id string) error {
 // delivery. It returns the subscription as written (Secret is the new
 // one). Errors as Update's.
 func (v *Service) Rotate(ctx context.Context, tenantID, id string) (core.Subscription, error) {
+	return v.RotateTo(ctx, tenantID, id, "")
+}
+
+// RotateTo is Rotate to the given secret ("": a new one), which the
+// caller has checked is a whsec_ secret.
+func (v *Service) RotateTo(ctx context.Context, tenantID, id, secret string) (core.Subscription, error) {
 	return v.update(ctx, tenantID, id, audit.SubscriptionRotateSecret, func(s *core.Subscription) error {
-		secret, err := webhook.NewSecret()
-		if err != nil {
-			return fmt.Errorf("new secret: %w", err)
+		if secret == "" {
+			var err error
+			if secret, err = webhook.NewSecret(); err != nil {
+				return fmt.Errorf("new secret: %w", err)
+			}
 		}
 		s.PrevSecret, s.PrevSecretExpiresAt = s.Secret, time.Now().UTC().Add(core.SecretGracePeriod)
 		s.Secret = secret

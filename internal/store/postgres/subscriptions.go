@@ -16,7 +16,7 @@ import (
 
 const subColumns = `id, tenant_id, url, host, event_types, secret, prev_secret, prev_secret_expires_at,
 	ordered, retry_schedule, timeout_ns, max_concurrency, rate_limit, retry_status_codes,
-	state, disabled_reason, created_at, updated_at, headers`
+	state, disabled_reason, created_at, updated_at, headers, uid, svix`
 
 // schedule stores durations as Go strings ("5s") so the column reads well;
 // nil stays NULL because a nil schedule means the default and an empty one none.
@@ -33,9 +33,13 @@ func (s *Store) scanSub(row pgx.Row) (core.Subscription, error) {
 	var sched []string
 	var timeout int64
 	var sealed store.Sealed
+	var svix string
 	if err := row.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &sub.EventTypes, &sealed.Secret,
 		&sealed.PrevSecret, &prevExp, &sub.Ordered, &sched, &timeout, &sub.MaxConcurrency,
-		&sub.RateLimit, &sub.RetryStatusCodes, &sub.State, &sub.DisabledReason, &c, &u, &sealed.Headers); err != nil {
+		&sub.RateLimit, &sub.RetryStatusCodes, &sub.State, &sub.DisabledReason, &c, &u, &sealed.Headers, &sub.UID, &svix); err != nil {
+		return sub, err
+	}
+	if err := store.DecodeSvix(svix, &sub); err != nil {
 		return sub, err
 	}
 	if err := store.OpenSubscription(s.keys, &sub, sealed); err != nil {
@@ -69,10 +73,10 @@ func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) e
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO subscriptions (`+subColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
 			sub.ID, sub.TenantID, sub.URL, sub.Host, sub.EventTypes, sealed.Secret, sealed.PrevSecret, ts(sub.PrevSecretExpiresAt),
 			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
-			string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt, sealed.Headers)
+			string(sub.State), sub.DisabledReason, sub.CreatedAt, sub.UpdatedAt, sealed.Headers, sub.UID, store.EncodeSvix(sub))
 		s.queueNotify(b, []store.Due{changed(sub.ID)})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
@@ -151,11 +155,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET url = $2, host = $3, event_types = $4,
 			secret = $5, prev_secret = $6, prev_secret_expires_at = $7, ordered = $8, retry_schedule = $9,
 			timeout_ns = $10, max_concurrency = $11, rate_limit = $12, retry_status_codes = $13, state = $14,
-			disabled_reason = $15, updated_at = $16, headers = $17
+			disabled_reason = $15, updated_at = $16, headers = $17, uid = $18, svix = $19
 			WHERE id = $1`,
 			sub.ID, sub.URL, sub.Host, sub.EventTypes, sealed.Secret, sealed.PrevSecret, ts(sub.PrevSecretExpiresAt),
 			sub.Ordered, schedule(sub), int64(sub.Timeout), sub.MaxConcurrency, sub.RateLimit, sub.RetryStatusCodes,
-			string(sub.State), sub.DisabledReason, sub.UpdatedAt, sealed.Headers); err != nil {
+			string(sub.State), sub.DisabledReason, sub.UpdatedAt, sealed.Headers, sub.UID, store.EncodeSvix(sub)); err != nil {
 			return err
 		}
 		notes := []store.Due{changed(sub.ID)}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,27 +14,112 @@ import (
 
 func (s *Store) TenantCreate(ctx context.Context, t core.Tenant, key core.APIKey) error {
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)`,
-			t.ID, t.Name, t.CreatedAt); err != nil {
+		// A deleted tenant's ID is taken again (its rows stay, deleted).
+		tag, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at, uid, metadata, rate_limit, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at, uid = excluded.uid,
+				metadata = excluded.metadata, rate_limit = excluded.rate_limit, updated_at = excluded.updated_at, deleted_at = NULL
+			WHERE tenants.deleted_at IS NOT NULL`,
+			t.ID, t.Name, t.CreatedAt, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ts(t.UpdatedAt))
+		if err != nil {
 			return err
 		}
-		if err := insertKey(ctx, tx, key); err != nil {
-			return err
+		if tag.RowsAffected() == 0 {
+			return store.ErrConflict
+		}
+		if key.ID != "" {
+			if err := insertKey(ctx, tx, key); err != nil {
+				return err
+			}
 		}
 		return writeAudit(ctx, tx, t.ID)
 	}))
 }
 
-func (s *Store) TenantGet(ctx context.Context, id string) (core.Tenant, error) {
+const tenantColumns = `id, name, created_at, uid, metadata, rate_limit, updated_at`
+
+func scanTenant(row pgx.Row) (core.Tenant, error) {
 	var t core.Tenant
-	var created pgtype.Timestamptz
-	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM tenants WHERE id = $1`, id).
-		Scan(&t.ID, &t.Name, &created)
+	var created, updated pgtype.Timestamptz
+	var meta string
+	if err := row.Scan(&t.ID, &t.Name, &created, &t.UID, &meta, &t.RateLimit, &updated); err != nil {
+		return t, err
+	}
+	var err error
+	if t.Metadata, err = store.DecodeMetadata(meta); err != nil {
+		return t, fmt.Errorf("tenant %s: %w", t.ID, err)
+	}
+	t.CreatedAt, t.UpdatedAt = tm(created), tm(updated)
+	return t, nil
+}
+
+func (s *Store) TenantGet(ctx context.Context, id string) (core.Tenant, error) {
+	t, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1 AND deleted_at IS NULL`, id))
 	if err != nil {
 		return core.Tenant{}, mapErr(err)
 	}
-	t.CreatedAt = tm(created)
 	return t, nil
+}
+
+func (s *Store) TenantByUID(ctx context.Context, uid string) (core.Tenant, error) {
+	if uid == "" {
+		return core.Tenant{}, store.ErrNotFound
+	}
+	t, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE uid = $1 AND deleted_at IS NULL`, uid))
+	if err != nil {
+		return core.Tenant{}, mapErr(err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store.Page[core.Tenant], error) {
+	limit := store.PageLimit(p.Limit)
+	rows, err := s.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
+		WHERE id > $1 AND deleted_at IS NULL ORDER BY id LIMIT $2`, p.Cursor, limit+1)
+	if err != nil {
+		return store.Page[core.Tenant]{}, mapErr(err)
+	}
+	defer rows.Close()
+	out := []core.Tenant{}
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return store.Page[core.Tenant]{}, err
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return store.Page[core.Tenant]{}, mapErr(err)
+	}
+	return store.PageOf(out, limit, func(t core.Tenant) string { return t.ID }), nil
+}
+
+func (s *Store) TenantUpdate(ctx context.Context, t core.Tenant) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE tenants SET name = $2, uid = $3, metadata = $4, rate_limit = $5, updated_at = $6
+			WHERE id = $1 AND deleted_at IS NULL`,
+			t.ID, t.Name, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ts(t.UpdatedAt))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		return writeAudit(ctx, tx, t.ID)
+	}))
+}
+
+func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE tenants SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, now)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		return writeAudit(ctx, tx, id)
+	}))
 }
 
 const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at`

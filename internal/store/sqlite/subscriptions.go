@@ -14,7 +14,7 @@ import (
 
 const subColumns = `id, tenant_id, url, host, event_types, secret, prev_secret, prev_secret_expires_at,
 	ordered, retry_schedule, timeout_ns, max_concurrency, rate_limit, retry_status_codes,
-	state, disabled_reason, created_at, updated_at, headers`
+	state, disabled_reason, created_at, updated_at, headers, uid, svix`
 
 // subRow holds a subscription's columns in stored form.
 type subRow struct {
@@ -22,6 +22,7 @@ type subRow struct {
 	ordered                     int
 	prevExp, timeout, c, u      int64
 	sealed                      store.Sealed
+	svix                        string
 }
 
 func (s *Store) encodeSub(sub core.Subscription) (subRow, error) {
@@ -50,6 +51,7 @@ func (s *Store) encodeSub(sub core.Subscription) (subRow, error) {
 		return r, err
 	}
 	r.eventTypes, r.schedule, r.codes = string(et), string(sc), string(codes)
+	r.svix = store.EncodeSvix(sub)
 	return r, nil
 }
 
@@ -60,7 +62,10 @@ func (s *Store) scanSub(sc scanner) (core.Subscription, error) {
 	var r subRow
 	if err := sc.Scan(&sub.ID, &sub.TenantID, &sub.URL, &sub.Host, &r.eventTypes, &r.sealed.Secret,
 		&r.sealed.PrevSecret, &r.prevExp, &r.ordered, &r.schedule, &r.timeout, &sub.MaxConcurrency,
-		&sub.RateLimit, &r.codes, &sub.State, &sub.DisabledReason, &r.c, &r.u, &r.sealed.Headers); err != nil {
+		&sub.RateLimit, &r.codes, &sub.State, &sub.DisabledReason, &r.c, &r.u, &r.sealed.Headers, &sub.UID, &r.svix); err != nil {
+		return sub, err
+	}
+	if err := store.DecodeSvix(r.svix, &sub); err != nil {
 		return sub, err
 	}
 	if err := store.OpenSubscription(s.keys, &sub, r.sealed); err != nil {
@@ -100,10 +105,10 @@ func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) e
 	}
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (`+subColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, r.sealed.Secret, r.sealed.PrevSecret, r.prevExp,
 			r.ordered, r.schedule, r.timeout, sub.MaxConcurrency, sub.RateLimit, r.codes,
-			string(sub.State), sub.DisabledReason, r.c, r.u, r.sealed.Headers)
+			string(sub.State), sub.DisabledReason, r.c, r.u, r.sealed.Headers, sub.UID, r.svix)
 		if err != nil {
 			return err
 		}
@@ -173,11 +178,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		res, err := tx.ExecContext(ctx, `UPDATE subscriptions SET url = ?, host = ?, event_types = ?,
 			secret = ?, prev_secret = ?, prev_secret_expires_at = ?, ordered = ?, retry_schedule = ?,
 			timeout_ns = ?, max_concurrency = ?, rate_limit = ?, retry_status_codes = ?, state = ?,
-			disabled_reason = ?, updated_at = ?, headers = ?
+			disabled_reason = ?, updated_at = ?, headers = ?, uid = ?, svix = ?
 			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`,
 			sub.URL, sub.Host, r.eventTypes, r.sealed.Secret, r.sealed.PrevSecret, r.prevExp, r.ordered, r.schedule,
 			r.timeout, sub.MaxConcurrency, sub.RateLimit, r.codes, string(sub.State),
-			sub.DisabledReason, r.u, r.sealed.Headers, sub.ID, sub.TenantID, sub.TenantID)
+			sub.DisabledReason, r.u, r.sealed.Headers, sub.UID, r.svix, sub.ID, sub.TenantID, sub.TenantID)
 		if err := mustAffect(res, err); err != nil {
 			return err
 		}

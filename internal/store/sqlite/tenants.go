@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"hookd/internal/core"
@@ -11,27 +12,109 @@ import (
 
 func (s *Store) TenantCreate(ctx context.Context, t core.Tenant, key core.APIKey) error {
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)`,
-			t.ID, t.Name, ns(t.CreatedAt)); err != nil {
+		// A deleted tenant's ID is taken again (its rows stay, deleted).
+		res, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, created_at, uid, metadata, rate_limit, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at, uid = excluded.uid,
+				metadata = excluded.metadata, rate_limit = excluded.rate_limit, updated_at = excluded.updated_at, deleted_at = NULL
+			WHERE tenants.deleted_at IS NOT NULL`,
+			t.ID, t.Name, ns(t.CreatedAt), t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ns(t.UpdatedAt))
+		if err != nil {
 			return err
 		}
-		if err := insertKey(ctx, tx, key); err != nil {
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return store.ErrConflict
+		}
+		if key.ID != "" {
+			if err := insertKey(ctx, tx, key); err != nil {
+				return err
+			}
+		}
+		return writeAudit(ctx, tx, t.ID)
+	}))
+}
+
+const tenantColumns = `id, name, created_at, uid, metadata, rate_limit, updated_at`
+
+func scanTenant(sc scanner) (core.Tenant, error) {
+	var t core.Tenant
+	var created, updated int64
+	var meta string
+	if err := sc.Scan(&t.ID, &t.Name, &created, &t.UID, &meta, &t.RateLimit, &updated); err != nil {
+		return t, err
+	}
+	var err error
+	if t.Metadata, err = store.DecodeMetadata(meta); err != nil {
+		return t, fmt.Errorf("tenant %s: %w", t.ID, err)
+	}
+	t.CreatedAt, t.UpdatedAt = tm(created), tm(updated)
+	return t, nil
+}
+
+func (s *Store) TenantGet(ctx context.Context, id string) (core.Tenant, error) {
+	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = ? AND deleted_at IS NULL`, id))
+	if err != nil {
+		return core.Tenant{}, mapErr(err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantByUID(ctx context.Context, uid string) (core.Tenant, error) {
+	if uid == "" {
+		return core.Tenant{}, store.ErrNotFound
+	}
+	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE uid = ? AND deleted_at IS NULL`, uid))
+	if err != nil {
+		return core.Tenant{}, mapErr(err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store.Page[core.Tenant], error) {
+	limit := store.PageLimit(p.Limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+tenantColumns+` FROM tenants
+		WHERE id > ? AND deleted_at IS NULL ORDER BY id LIMIT ?`, p.Cursor, limit+1)
+	if err != nil {
+		return store.Page[core.Tenant]{}, mapErr(err)
+	}
+	defer rows.Close()
+	ts := []core.Tenant{}
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return store.Page[core.Tenant]{}, err
+		}
+		ts = append(ts, t)
+	}
+	if err := rows.Err(); err != nil {
+		return store.Page[core.Tenant]{}, mapErr(err)
+	}
+	return store.PageOf(ts, limit, func(t core.Tenant) string { return t.ID }), nil
+}
+
+func (s *Store) TenantUpdate(ctx context.Context, t core.Tenant) error {
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tenants SET name = ?, uid = ?, metadata = ?, rate_limit = ?, updated_at = ?
+			WHERE id = ? AND deleted_at IS NULL`,
+			t.Name, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ns(t.UpdatedAt), t.ID)
+		if err := mustAffect(res, err); err != nil {
 			return err
 		}
 		return writeAudit(ctx, tx, t.ID)
 	}))
 }
 
-func (s *Store) TenantGet(ctx context.Context, id string) (core.Tenant, error) {
-	var t core.Tenant
-	var created int64
-	err := s.r.QueryRowContext(ctx, `SELECT id, name, created_at FROM tenants WHERE id = ?`, id).
-		Scan(&t.ID, &t.Name, &created)
-	if err != nil {
-		return core.Tenant{}, mapErr(err)
-	}
-	t.CreatedAt = tm(created)
-	return t, nil
+func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) error {
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tenants SET deleted_at = ?, updated_at = ? WHERE id = ? AND deleted_at IS NULL`,
+			ns(now), ns(now), id)
+		if err := mustAffect(res, err); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, id)
+	}))
 }
 
 const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at`

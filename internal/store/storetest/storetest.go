@@ -62,6 +62,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentIngest", testConcurrentIngest},
 		{"FarTimes", testFarTimes},
 		{"Health", testHealth},
+		{"TenantsAsApplications", testTenantsAsApplications},
+		{"SubscriptionSvixFields", testSubscriptionSvixFields},
+		{"EventList", testEventList},
+		{"AttemptList", testAttemptList},
+		{"EventTypes", testEventTypes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,459 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"hookd/internal/core"
+	"hookd/internal/store"
+	"hookd/webhook"
+)
+
+// An endpoint is a subscription. filterTypes are its event_types (absent:
+// "*", every type but hookd's own); disabled is any state but active.
+
+type svixEndpointJSON struct {
+	ID          string            `json:"id"`
+	UID         *string           `json:"uid"`
+	URL         string            `json:"url"`
+	Description string            `json:"description"`
+	Version     int               `json:"version"`
+	RateLimit   *int              `json:"rateLimit"`
+	Disabled    bool              `json:"disabled"`
+	FilterTypes []string          `json:"filterTypes"`
+	Channels    []string          `json:"channels"`
+	Metadata    map[string]string `json:"metadata"`
+	CreatedAt   time.Time         `json:"createdAt"`
+	UpdatedAt   time.Time         `json:"updatedAt"`
+}
+
+func toSvixEndpoint(s core.Subscription) svixEndpointJSON {
+	var types []string
+	if !slices.Equal(s.EventTypes, []string{"*"}) {
+		types = s.EventTypes
+	}
+	return svixEndpointJSON{ID: epID(s.ID), UID: nullIfEmpty(s.UID), URL: redactURL(s.URL), Description: s.Description,
+		Version: 1, RateLimit: nullIfZero(int(s.RateLimit)), Disabled: s.State != core.SubActive, FilterTypes: types,
+		Metadata: orEmptyMap(s.Metadata), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+// svixEndpointIn is EndpointIn, EndpointUpdate and EndpointPatch.
+type svixEndpointIn struct {
+	URL         *string            `json:"url"`
+	Description *string            `json:"description"`
+	Disabled    *bool              `json:"disabled"`
+	FilterTypes jsontext.Value     `json:"filterTypes"`
+	Channels    jsontext.Value     `json:"channels"`
+	Headers     *map[string]string `json:"headers"`
+	Metadata    *map[string]string `json:"metadata"`
+	RateLimit   jsontext.Value     `json:"rateLimit"`
+	Secret      jsontext.Value     `json:"secret"`
+	UID         jsontext.Value     `json:"uid"`
+	Version     jsontext.Value     `json:"version"` // taken, not kept: hookd has one version
+}
+
+// apply validates in and sets it on sub: the fields it shares with /v1
+// through the same validation (s.apply), the rest here. Without patch,
+// absent fields take their defaults (create and PUT).
+func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, patch bool) error {
+	var f subscriptionFields
+	if in.URL != nil {
+		f.URL = in.URL
+	} else if !patch {
+		return errInvalid("url", "is required")
+	}
+	var types []string
+	set, null, err := optional("filterTypes", in.FilterTypes, &types)
+	if err != nil {
+		return err
+	}
+	if set && (null || len(types) == 0) || !set && !patch {
+		types = []string{"*"}
+	}
+	if types != nil {
+		f.EventTypes = &types
+	}
+	var channels []string
+	if _, _, err := optional("channels", in.Channels, &channels); err != nil {
+		return err
+	} else if len(channels) > 0 {
+		return errNotImplemented("channels")
+	}
+	var rate int
+	if set, _, err := optional("rateLimit", in.RateLimit, &rate); err != nil {
+		return err
+	} else if set || !patch {
+		if err := svixRateLimit("rateLimit", rate); err != nil {
+			return err
+		}
+		r := float64(rate)
+		f.RateLimit = &r
+	}
+	f.Headers = in.Headers
+	next := *sub
+	if err := s.apply(f, &next); err != nil {
+		return err
+	}
+	if in.Description != nil || !patch {
+		d := ""
+		if in.Description != nil {
+			d = *in.Description
+		}
+		if len(d) > 1024 {
+			return errInvalid("description", "must be at most 1024 characters")
+		}
+		next.Description = d
+	}
+	if in.Metadata != nil || !patch {
+		var m map[string]string
+		if in.Metadata != nil {
+			m = *in.Metadata
+		}
+		if err := svixMetadata(m); err != nil {
+			return err
+		}
+		next.Metadata = m
+	}
+	var uid string
+	if set, _, err := optional("uid", in.UID, &uid); err != nil {
+		return err
+	} else if set || !patch {
+		if uid != "" {
+			if err := svixUID("uid", uid); err != nil {
+				return err
+			}
+		}
+		next.UID = uid
+	}
+	if in.Disabled != nil || !patch {
+		disabled := in.Disabled != nil && *in.Disabled
+		switch {
+		case disabled && next.State != core.SubDisabled:
+			next.State, next.DisabledReason = core.SubDisabled, "disabled by request"
+		case !disabled:
+			next.State, next.DisabledReason = core.SubActive, ""
+		}
+	}
+	*sub = next
+	return nil
+}
+
+// svixSecret checks a secret the caller chose: base64 of 24 to 64 bytes,
+// with or without whsec_; it is stored as whsec_<base64>.
+func svixSecret(field string, raw jsontext.Value) (string, error) {
+	var v string
+	if _, null, err := optional(field, raw, &v); err != nil || null || v == "" {
+		return "", err
+	}
+	enc := strings.TrimPrefix(v, webhook.SecretPrefix)
+	key, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || len(key) < 24 || len(key) > 64 {
+		return "", errInvalid(field, "must be whsec_ and the base64 of 24 to 64 bytes")
+	}
+	return webhook.SecretPrefix + enc, nil
+}
+
+func (s *Server) svixListEndpoints(w http.ResponseWriter, r *http.Request, p principal) error {
+	limit, iter, err := svixList(r)
+	if err != nil {
+		return err
+	}
+	app, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
+	if err != nil {
+		return err
+	}
+	page, err := s.Store.SubscriptionList(r.Context(), store.SubscriptionListParams{TenantID: app.ID, Cursor: subIDOf(iter), Limit: limit})
+	if err != nil {
+		return err
+	}
+	svixPage(w, page, limit, toSvixEndpoint)
+	return nil
+}
+
+func (s *Server) svixCreateEndpoint(w http.ResponseWriter, r *http.Request, p principal) error {
+	var in svixEndpointIn
+	if err := decodeJSON(w, r, &in, false); err != nil {
+		return err
+	}
+	app, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
+	if err != nil {
+		return err
+	}
+	// New endpoints send svix-* headers, and start at the application's rate.
+	sub := core.Subscription{TenantID: app.ID, State: core.SubActive, SvixHeaders: true}
+	if len(in.RateLimit) == 0 {
+		in.RateLimit = jsontext.Value(strconv.Itoa(app.RateLimit))
+	}
+	if err := s.svixApplyEndpoint(in, &sub, false); err != nil {
+		return err
+	}
+	if sub.Secret, err = svixSecret("secret", in.Secret); err != nil {
+		return err
+	}
+	if err := s.addSubscription(r.Context(), &sub); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, toSvixEndpoint(sub))
+	return nil
+}
+
+func (s *Server) svixGetEndpoint(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toSvixEndpoint(sub))
+	return nil
+}
+
+func (s *Server) svixUpdateEndpoint(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.svixChangeEndpoint(w, r, p, false)
+}
+
+func (s *Server) svixPatchEndpoint(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.svixChangeEndpoint(w, r, p, true)
+}
+
+// svixChangeEndpoint is PUT (every field, absent ones to their defaults)
+// and PATCH (the fields given), through the subscription service. A
+// secret in a PATCH rotates to it (the old one signs for 24 h more).
+func (s *Server) svixChangeEndpoint(w http.ResponseWriter, r *http.Request, p principal, patch bool) error {
+	var in svixEndpointIn
+	if err := decodeJSON(w, r, &in, false); err != nil {
+		return err
+	}
+	if in.Headers != nil {
+		return errInvalid("headers", "are set with PUT or PATCH …/headers")
+	}
+	secret := ""
+	if patch {
+		var err error
+		if secret, err = svixSecret("secret", in.Secret); err != nil {
+			return err
+		}
+	} else if len(in.Secret) > 0 {
+		return errInvalid("secret", "is set on create, or with POST …/secret/rotate")
+	}
+	cur, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	sub, err := s.Subs.Update(r.Context(), cur.TenantID, cur.ID, func(sub *core.Subscription) error {
+		return s.svixApplyEndpoint(in, sub, patch)
+	})
+	if err != nil {
+		return err
+	}
+	if secret != "" {
+		if sub, err = s.Subs.RotateTo(r.Context(), sub.TenantID, sub.ID, secret); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, toSvixEndpoint(sub))
+	return nil
+}
+
+func (s *Server) svixDeleteEndpoint(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	if err := s.Subs.Delete(r.Context(), sub.TenantID, sub.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// svixGetSecret shows the endpoint's signing secret, as Svix does: to the
+// admin token and the application's own key, never another tenant.
+func (s *Server) svixGetSecret(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"key": sub.Secret})
+	return nil
+}
+
+func (s *Server) svixRotateSecret(w http.ResponseWriter, r *http.Request, p principal) error {
+	var in struct {
+		Key jsontext.Value `json:"key"`
+	}
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &in, false); err != nil {
+			return err
+		}
+	}
+	secret, err := svixSecret("key", in.Key)
+	if err != nil {
+		return err
+	}
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	if _, err := s.Subs.RotateTo(r.Context(), sub.TenantID, sub.ID, secret); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// svixGetHeaders names the endpoint's headers; values are never shown
+// again (as on /v1), so every one is listed as sensitive.
+func (s *Server) svixGetHeaders(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	h := map[string]string{}
+	names := []string{}
+	for _, name := range slices.Sorted(maps.Keys(sub.Headers)) {
+		h[name], names = Redacted, append(names, name)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"headers": h, "sensitive": names})
+	return nil
+}
+
+func (s *Server) svixUpdateHeaders(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.svixSetHeaders(w, r, p, false)
+}
+
+func (s *Server) svixPatchHeaders(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.svixSetHeaders(w, r, p, true)
+}
+
+// svixSetHeaders replaces (PUT) or adds to (PATCH) the endpoint's
+// headers, validated as /v1's headers are.
+func (s *Server) svixSetHeaders(w http.ResponseWriter, r *http.Request, p principal, merge bool) error {
+	var in struct {
+		Headers map[string]string `json:"headers"`
+	}
+	if err := decodeJSON(w, r, &in, false); err != nil {
+		return err
+	}
+	cur, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	_, err = s.Subs.Update(r.Context(), cur.TenantID, cur.ID, func(sub *core.Subscription) error {
+		h := map[string]string{}
+		if merge {
+			maps.Copy(h, sub.Headers)
+		}
+		for name, v := range in.Headers {
+			for old := range h { // the same name in another case replaces it
+				if strings.EqualFold(old, name) {
+					delete(h, old)
+				}
+			}
+			h[name] = v
+		}
+		return s.apply(subscriptionFields{Headers: &h}, sub)
+	})
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// svixRecover resends the endpoint's failed messages created in [since,
+// until): a bulk replay job (failed and skipped deliveries), watched as a
+// background task.
+func (s *Server) svixRecover(w http.ResponseWriter, r *http.Request, p principal) error {
+	var in struct {
+		Since string `json:"since"`
+		Until string `json:"until"`
+	}
+	if err := decodeJSON(w, r, &in, false); err != nil {
+		return err
+	}
+	if in.Since == "" {
+		return errInvalid("since", "is required")
+	}
+	since, err := parseTime("since", in.Since, errInvalid)
+	if err != nil {
+		return err
+	}
+	var until time.Time
+	if in.Until != "" {
+		if until, err = parseTime("until", in.Until, errInvalid); err != nil {
+			return err
+		}
+		if !until.After(since) {
+			return errInvalid("until", "must be after since")
+		}
+	}
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	j, err := s.startReplay(r.Context(), sub, since, until, nil)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, toSvixTask(j))
+	return nil
+}
+
+func toSvixTask(j core.ReplayJob) map[string]any {
+	status := "running"
+	if j.Done {
+		status = "finished"
+	}
+	return map[string]any{"id": taskID(j.ID), "status": status, "task": "endpoint.recover",
+		"data": map[string]any{"replayed": j.Replayed}}
+}
+
+// svixGetTask is a recover's progress: its replay job.
+func (s *Server) svixGetTask(w http.ResponseWriter, r *http.Request, p principal) error {
+	j, err := s.Store.ReplayJobGet(r.Context(), p.scope(), jobIDOf(r.PathValue("task_id")))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toSvixTask(j))
+	return nil
+}
+
+// svixEndpointStats answers Svix's endpoint stats from endpointStats.
+func (s *Server) svixEndpointStats(w http.ResponseWriter, r *http.Request, p principal) error {
+	sub, err := s.svixAppEndpoint(r, p)
+	if err != nil {
+		return err
+	}
+	st, err := s.endpointStats(r.Context(), sub)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+type svixStatsJSON struct {
+	Success int64 `json:"success"`
+	Pending int64 `json:"pending"`
+	Sending int64 `json:"sending"`
+	Fail    int64 `json:"fail"`
+}
+
+// endpointStats is the one place the Svix API reads an endpoint's
+// counts. For now it has what /v1's health has (DeliveryStats): pending
+// and failed deliveries within retention; success and sending are 0
+// until a stats read gives them (docs/svix.md).
+func (s *Server) endpointStats(ctx context.Context, sub core.Subscription) (svixStatsJSON, error) {
+	st, err := s.Store.DeliveryStats(ctx, sub.TenantID, sub.ID)
+	if err != nil {
+		return svixStatsJSON{}, err
+	}
+	return svixStatsJSON{Pending: int64(st.Pending), Fail: int64(st.Failed)}, nil
+}
