@@ -209,9 +209,11 @@ func TestMetricsGaugesShowBreakersAndRateLimits(t *testing.T) {
 	down.Respond = testenv.Statuses(500)
 	busy := testenv.NewReceiver(t)
 	busy.Respond = testenv.Statuses(429, 200)
-	retry := map[string]any{"retry_schedule": []string{"1s", "1s", "1s"}}
-	e.subscribe(e.admin, down.URL, []string{"order.created"}, retry)
-	e.subscribe(e.admin, busy.URL, []string{"order.paid"}, retry)
+	// The failing endpoint's retries fall due 3 s on (at least 2.4 s with
+	// jitter), once its 20 first attempts have opened its breaker: with 1 s,
+	// a loaded run let a retry through before the twentieth failure.
+	e.subscribe(e.admin, down.URL, []string{"order.created"}, map[string]any{"retry_schedule": []string{"3s", "3s", "3s"}})
+	e.subscribe(e.admin, busy.URL, []string{"order.paid"}, map[string]any{"retry_schedule": []string{"1s", "1s", "1s"}})
 	const held = 20 // the breaker's minimum volume: all failures open it
 	for i := range held {
 		e.post(e.admin, "order.created", map[string]any{"n": i})
