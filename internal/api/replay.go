@@ -29,10 +29,7 @@ type replayJSON struct {
 
 func toReplayJSON(j core.ReplayJob) replayJSON {
 	out := replayJSON{ID: j.ID, SubscriptionID: j.SubscriptionID, Since: j.Since, EventTypes: j.EventTypes,
-		State: "running", Replayed: j.Replayed, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	if j.Done {
-		out.State = "done"
-	}
+		State: string(j.State), Replayed: j.Replayed, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
 	if !j.Until.IsZero() {
 		u := j.Until
 		out.Until = &u
@@ -87,7 +84,8 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	}
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,
-		Since: since.UTC(), Until: until.UTC(), EventTypes: req.EventTypes, CreatedAt: now, UpdatedAt: now}
+		Since: since.UTC(), Until: until.UTC(), EventTypes: req.EventTypes, States: core.ReplayStatesDefault,
+		Rate: core.ReplayRateMax, State: core.ReplayRunning, CreatedAt: now, UpdatedAt: now}
 	if j.EventTypes == nil {
 		j.EventTypes = []string{}
 	}

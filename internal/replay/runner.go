@@ -6,6 +6,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -95,12 +96,15 @@ func (r *Runner) step() {
 		if sub, ok := r.subs.Get(j.SubscriptionID); ok && !r.wake.OwnsShard(core.ShardOf(sub.Host)) {
 			continue
 		}
-		after, err := r.store.ReplayJobStep(ctx, j.ID, Batch, time.Now().UTC())
+		_, ids, err := r.store.ReplayJobStep(ctx, j.ID, Batch, time.Now().UTC())
+		if errors.Is(err, store.ErrConflict) {
+			continue // finished or cancelled since the list
+		}
 		if err != nil {
 			r.log.Error("replay job step", "job", j.ID, "err", err)
 			continue
 		}
-		if after.Replayed > j.Replayed {
+		if len(ids) > 0 {
 			if sub, ok := r.subs.Get(j.SubscriptionID); ok {
 				r.wake.Wake(sub.Host, sub.ID)
 			}

@@ -58,7 +58,7 @@ func TestStepRunsOnlyOnTheOwnerOfTheDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := core.ReplayJob{ID: "rpl_1", TenantID: core.DefaultTenant, SubscriptionID: sub.ID, Since: now.Add(-time.Hour),
-		CreatedAt: now, UpdatedAt: now}
+		States: core.ReplayStatesDefault, Rate: core.ReplayRateMax, CreatedAt: now, UpdatedAt: now}
 	if err := st.ReplayJobCreate(ctx, job); err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func testAuditInTransaction(t *testing.T, s store.Store) {
 	wantErr(t, "DeliveryReplay(pending)", err, store.ErrConflict)
 
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: a.ID, SubscriptionID: sub.ID, Since: t0, EventTypes: []string{},
-		CreatedAt: t0, UpdatedAt: t0}
+		States: core.ReplayStatesDefault, Rate: 500, CreatedAt: t0, UpdatedAt: t0}
 	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(rec(audit.ReplaySubscription, sub.ID), j))
 	want = append(want, row{audit.ReplaySubscription, a.ID, sub.ID})
 
