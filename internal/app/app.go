@@ -194,6 +194,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed),
 		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
+	a.replays.Start()
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}
