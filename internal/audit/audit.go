@@ -36,6 +36,7 @@ const (
 	SubscriptionRotateSecret = "subscription.rotate_secret"
 	ReplayDelivery           = "replay.delivery"
 	ReplaySubscription       = "replay.subscription"
+	ReplayCancel             = "replay.cancel"
 )
 
 // Actions is every action there is.
@@ -43,7 +44,7 @@ var Actions = []string{
 	TenantCreate, KeyCreate, KeyRevoke,
 	SubscriptionCreate, SubscriptionUpdate, SubscriptionPause, SubscriptionResume,
 	SubscriptionDisable, SubscriptionDelete, SubscriptionRotateSecret,
-	ReplayDelivery, ReplaySubscription,
+	ReplayDelivery, ReplaySubscription, ReplayCancel,
 }
 
 // Known reports whether action is one of Actions.
