@@ -66,6 +66,9 @@ type job struct {
 	// waiting are the batches this node put back that were not yet seen
 	// tried, oldest first; they count against the window until they are.
 	waiting [][]string
+	// idleUntil holds the job back after a store error: a database down
+	// is tried once a listEvery per job, not every tick.
+	idleUntil time.Time
 }
 
 // waitingCount is how many deliveries are in waiting.
@@ -136,9 +139,8 @@ func (r *Runner) run(now time.Time) {
 	if now.Sub(r.listed) >= listEvery {
 		if err := r.list(ctx); err != nil {
 			r.log.Error("listing replay jobs", "err", err)
-		} else {
-			r.listed = now
 		}
+		r.listed = now
 	}
 	for _, j := range r.jobs {
 		r.step(ctx, j, now)
@@ -171,11 +173,12 @@ func (r *Runner) list(ctx context.Context) error {
 // job done.
 func (r *Runner) step(ctx context.Context, j *job, now time.Time) {
 	sub, known := r.subs.Get(j.SubscriptionID)
-	if known && !r.wake.OwnsShard(core.ShardOf(sub.Host)) {
+	if (known && !r.wake.OwnsShard(core.ShardOf(sub.Host))) || now.Before(j.idleUntil) {
 		return
 	}
 	if err := r.tried(ctx, j); err != nil {
 		r.log.Error("replay job: reading what was tried", "job", j.ID, "err", err)
+		j.idleUntil = now.Add(listEvery)
 		return
 	}
 	n := j.pace.allow(now, j.waitingCount())
@@ -189,6 +192,7 @@ func (r *Runner) step(ctx context.Context, j *job, now time.Time) {
 		return
 	case err != nil:
 		r.log.Error("replay job step", "job", j.ID, "err", err)
+		j.idleUntil = now.Add(listEvery)
 		return
 	}
 	j.pace.took(len(ids))

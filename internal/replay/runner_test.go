@@ -234,6 +234,39 @@ func TestAJobWaitsForWhatItPutBackToBeTried(t *testing.T) {
 	}
 }
 
+// downStore fails every step, as a database that cannot be reached.
+type downStore struct {
+	store.Store
+	steps int
+}
+
+func (d *downStore) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error) {
+	d.steps++
+	return core.ReplayJob{}, nil, store.ErrUnavailable
+}
+
+// A step that fails holds its job back for a second: a database down is
+// tried (and logged) once a second per job, not every tick.
+func TestAFailedStepHoldsTheJobBackASecond(t *testing.T) {
+	f := newFixture(t)
+	f.failed(t, 10)
+	f.job(t, 100)
+	down := &downStore{Store: f.st}
+	r := New(down, f.reg, &waker{owned: map[int]bool{core.ShardOf(f.sub.Host): true}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	at := f.now
+	for range 50 { // a second of ticks
+		r.run(at)
+		at = at.Add(tick)
+	}
+	if down.steps != 1 {
+		t.Fatalf("%d steps tried in a second of a failing store, want 1", down.steps)
+	}
+	r.run(at)
+	if down.steps != 2 {
+		t.Fatalf("%d steps tried after a second, want 2", down.steps)
+	}
+}
+
 // The pace, simulated over 30 s of the loop's ticks: each delivery put
 // back reaches the endpoint after a delay of its own, up to 400 ms, and
 // its result is written a little later; the loop sees a batch tried at
