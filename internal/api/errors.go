@@ -48,6 +48,13 @@ var (
 	errTooLarge     = &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Field: "payload", Message: "payload: must be at most 262144 bytes"}
 )
 
+// errReplayNotRunning: only a running bulk replay can be cancelled; the
+// message says where this one stands.
+func errReplayNotRunning(state core.ReplayState) *apiError {
+	return &apiError{Status: http.StatusConflict, Code: "conflict",
+		Message: "the replay job is " + string(state) + " already: only a running job can be cancelled"}
+}
+
 // Retry-After of the store's outages: a database restarting is back in
 // seconds; a full disk waits for an operator.
 const (

@@ -101,7 +101,7 @@ func errSubscriptionLimit(tenant string, max int) *apiError {
 // can watch it (GET /v1/replays/{job_id}) and ask again once it is done.
 func errReplayRunning(jobID string) *apiError {
 	return &apiError{Status: http.StatusConflict, Code: "replay_running", JobID: jobID,
-		Message: "a bulk replay of this subscription is running: " + jobID + "; start another once GET /v1/replays/" + jobID + " says done"}
+		Message: "a bulk replay of this subscription is running: " + jobID + "; start another once GET /v1/replays/" + jobID + " says done, or cancel it (POST /v1/replays/" + jobID + "/cancel)"}
 }
 
 // stripes serialise the check and the write of a limit per key (a tenant,

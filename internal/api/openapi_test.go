@@ -34,6 +34,8 @@ var v1Routes = []string{
 	"GET /v1/subscriptions/{id}/health",
 	"POST /v1/subscriptions/{id}/replay",
 	"GET /v1/replays/{id}",
+	"POST /v1/replays/{id}/cancel",
+	"GET /v1/subscriptions/{id}/replays",
 	"GET /v1/deliveries/{id}",
 	"POST /v1/deliveries/{id}/replay",
 	"POST /v1/tenants/{id}/keys",

@@ -2,18 +2,23 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"hookd/internal/audit"
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 type replayRequest struct {
 	Since      string   `json:"since"`
 	Until      string   `json:"until"`
 	EventTypes []string `json:"event_types"`
+	States     []string `json:"states"`
+	Rate       *float64 `json:"rate"`
 }
 
 type replayJSON struct {
@@ -22,28 +27,80 @@ type replayJSON struct {
 	Since          time.Time  `json:"since"`
 	Until          *time.Time `json:"until"`
 	EventTypes     []string   `json:"event_types"`
+	States         []string   `json:"states"`
+	Rate           float64    `json:"rate"`
 	State          string     `json:"state"`
 	Replayed       int        `json:"replayed"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
+	CancelledAt    *time.Time `json:"cancelled_at"`
 }
 
 func toReplayJSON(j core.ReplayJob) replayJSON {
 	out := replayJSON{ID: j.ID, SubscriptionID: j.SubscriptionID, Since: j.Since, EventTypes: j.EventTypes,
-		State: "running", Replayed: j.Replayed, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
-	if j.Done {
-		out.State = "done"
+		States: make([]string, len(j.States)), Rate: j.Rate, State: string(j.State), Replayed: j.Replayed,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
+	if out.EventTypes == nil {
+		out.EventTypes = []string{}
+	}
+	for i, s := range j.States {
+		out.States[i] = string(s)
 	}
 	if !j.Until.IsZero() {
 		u := j.Until
 		out.Until = &u
 	}
+	if !j.CancelledAt.IsZero() {
+		c := j.CancelledAt
+		out.CancelledAt = &c
+	}
 	return out
 }
 
-// replaySubscription starts a bulk replay: the subscription's failed and
-// skipped deliveries created in [since, until) go back in line as a job,
-// a batch a second, then through the queue and admission like any other.
+// replayStates reads the states a replay puts back: failed and skipped
+// unless named; delivered to resend what arrived; never pending, which is
+// in line already. Sorted, each once.
+func replayStates(in []string) ([]core.DeliveryState, error) {
+	if in == nil {
+		return slices.Clone(core.ReplayStatesDefault), nil
+	}
+	if len(in) == 0 {
+		return nil, errInvalid("states", "must name at least one of delivered, failed and skipped (default failed and skipped)")
+	}
+	var out []core.DeliveryState
+	for i, s := range in {
+		field := "states[" + strconv.Itoa(i) + "]"
+		switch st := core.DeliveryState(s); st {
+		case core.DeliveryDelivered, core.DeliveryFailed, core.DeliverySkipped:
+			if !slices.Contains(out, st) {
+				out = append(out, st)
+			}
+		case core.DeliveryPending:
+			return nil, errInvalid(field, "pending deliveries are in line already; replay delivered, failed or skipped ones")
+		default:
+			return nil, errInvalid(field, "must be delivered, failed or skipped")
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// replayRate is the pace asked for, within the bounds that need no
+// subscription: more than 0, at most core.ReplayRateMax. 0: not given.
+func replayRate(rate *float64) (float64, error) {
+	if rate == nil {
+		return 0, nil
+	}
+	if !(*rate > 0) || *rate > core.ReplayRateMax {
+		return 0, errInvalid("rate", "must be more than 0 and at most "+strconv.Itoa(core.ReplayRateMax)+" deliveries per second")
+	}
+	return *rate, nil
+}
+
+// replaySubscription starts a bulk replay: the subscription's deliveries
+// in the states asked (failed and skipped by default) created in
+// [since, until) go back in line as a job, at the job's rate, then through
+// the queue and admission like any other.
 func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req replayRequest
 	if err := decode(w, r, &req); err != nil {
@@ -70,11 +127,19 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 			return errInvalid("event_types["+strconv.Itoa(i)+"]", "must be an event type like payment.succeeded")
 		}
 	}
+	states, err := replayStates(req.States)
+	if err != nil {
+		return err
+	}
+	rate, err := replayRate(req.Rate)
+	if err != nil {
+		return err
+	}
 	sub, err := s.Store.SubscriptionGet(r.Context(), p.scope(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	j, err := s.startReplay(r.Context(), sub, since, until, req.EventTypes)
+	j, err := s.startReplay(r.Context(), sub, since, until, req.EventTypes, states, rate)
 	if err != nil {
 		return err
 	}
@@ -83,10 +148,28 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	return nil
 }
 
-// startReplay starts a bulk replay job of sub's deliveries created in
-// [since, until) (until zero: no bound) of eventTypes (none: all), unless
-// one is running: the one way both APIs start one.
-func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, until time.Time, eventTypes []string) (core.ReplayJob, error) {
+// startReplay starts a bulk replay job of sub's deliveries in states
+// created in [since, until) (until zero: no bound) of eventTypes (none:
+// all), at rate (0: as fast as allowed), unless one is running: the one
+// way both APIs start one.
+func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, until time.Time, eventTypes []string,
+	states []core.DeliveryState, rate float64) (core.ReplayJob, error) {
+	if states == nil {
+		states = slices.Clone(core.ReplayStatesDefault)
+	}
+	// Never faster than the subscription is sent to: admission would hold
+	// the rest back anyway, and the job's rate would be a false promise.
+	limit := float64(core.ReplayRateMax)
+	if sub.RateLimit > 0 {
+		limit = min(limit, sub.RateLimit)
+	}
+	switch {
+	case rate == 0:
+		rate = limit
+	case rate > limit:
+		return core.ReplayJob{}, errInvalid("rate", "must be at most the subscription's rate_limit, "+
+			strconv.FormatFloat(limit, 'f', -1, 64)+" deliveries per second")
+	}
 	// One running job per subscription: a second would only double the
 	// pace the job exists to bound.
 	defer s.replaying.lock(sub.ID)()
@@ -101,11 +184,12 @@ func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, 
 	}
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,
-		Since: since.UTC(), Until: until.UTC(), EventTypes: eventTypes, CreatedAt: now, UpdatedAt: now}
+		Since: since.UTC(), Until: until.UTC(), EventTypes: eventTypes, States: states, Rate: rate,
+		State: core.ReplayRunning, CreatedAt: now, UpdatedAt: now}
 	if j.EventTypes == nil {
 		j.EventTypes = []string{}
 	}
-	detail := map[string]any{"job_id": j.ID, "since": j.Since, "event_types": j.EventTypes}
+	detail := map[string]any{"job_id": j.ID, "since": j.Since, "event_types": j.EventTypes, "states": j.States, "rate": j.Rate}
 	if !j.Until.IsZero() {
 		detail["until"] = j.Until
 	}
@@ -124,5 +208,46 @@ func (s *Server) getReplay(w http.ResponseWriter, r *http.Request, p principal) 
 		return err
 	}
 	writeJSON(w, http.StatusOK, toReplayJSON(j))
+	return nil
+}
+
+// cancelReplay stops a running job on every node: each step reads the
+// job's state in its own transaction. What it put back stays in line.
+func (s *Server) cancelReplay(w http.ResponseWriter, r *http.Request, p principal) error {
+	// Read first for the audit entry's target, the subscription, as for
+	// replay.subscription; the cancel itself checks the state again.
+	j, err := s.Store.ReplayJobGet(r.Context(), p.scope(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	ctx := audit.Record(r.Context(), audit.ReplayCancel, j.SubscriptionID, map[string]any{"job_id": j.ID})
+	j, err = s.Store.ReplayJobCancel(ctx, p.scope(), j.ID, time.Now().UTC())
+	if errors.Is(err, store.ErrConflict) {
+		return errReplayNotRunning(j.State)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toReplayJSON(j))
+	return nil
+}
+
+// listReplays pages a subscription's jobs, newest first.
+func (s *Server) listReplays(w http.ResponseWriter, r *http.Request, p principal) error {
+	q := r.URL.Query()
+	params := store.ReplayJobListParams{TenantID: p.scope(), SubscriptionID: r.PathValue("id"), Cursor: q.Get("cursor")}
+	var err error
+	if params.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		return err
+	}
+	// A subscription of another tenant must look absent, even with no jobs.
+	if _, err := s.Store.SubscriptionGet(r.Context(), p.scope(), params.SubscriptionID); err != nil {
+		return err
+	}
+	page, err := s.Store.ReplayJobList(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	writePage(w, page, toReplayJSON)
 	return nil
 }

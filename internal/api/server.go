@@ -129,6 +129,8 @@ func New(cfg Config) *Server {
 	s.route("GET /v1/subscriptions/{id}/health", s.subscriptionHealth)
 	s.route("POST /v1/subscriptions/{id}/replay", s.replaySubscription)
 	s.route("GET /v1/replays/{id}", s.getReplay)
+	s.route("POST /v1/replays/{id}/cancel", s.cancelReplay)
+	s.route("GET /v1/subscriptions/{id}/replays", s.listReplays)
 	s.route("GET /v1/deliveries/{id}", s.getDelivery)
 	s.route("POST /v1/deliveries/{id}/replay", s.replayDelivery)
 	s.route("POST /v1/tenants/{id}/keys", s.createKey)

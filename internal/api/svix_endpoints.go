@@ -398,7 +398,7 @@ func (s *Server) svixRecover(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
-	j, err := s.startReplay(r.Context(), sub, since, until, nil)
+	j, err := s.startReplay(r.Context(), sub, since, until, nil, nil, 0)
 	if err != nil {
 		return err
 	}
@@ -408,7 +408,7 @@ func (s *Server) svixRecover(w http.ResponseWriter, r *http.Request, p principal
 
 func toSvixTask(j core.ReplayJob) map[string]any {
 	status := "running"
-	if j.Done {
+	if j.State != core.ReplayRunning {
 		status = "finished"
 	}
 	return map[string]any{"id": taskID(j.ID), "status": status, "task": "endpoint.recover",

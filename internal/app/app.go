@@ -206,6 +206,12 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	})
 	a.metrics.WatchShed(a.shed.Count)
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
+	a.replays.Completed = func(j core.ReplayJob) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a.life.ReplayCompleted(ctx, j)
+	}
+	a.replays.Start()
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}

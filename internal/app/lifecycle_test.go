@@ -88,3 +88,35 @@ func TestOperationalEventsReachOnlyWhoNamesThem(t *testing.T) {
 		t.Errorf("a tenant posting a hookd type: %d %v, want 422", st, body)
 	}
 }
+
+// A bulk replay that finishes tells the tenant's hookd.* endpoint, not the
+// replayed subscription.
+func TestReplayCompletedIsAnOperationalEvent(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	a, ops := testenv.NewReceiver(t), testenv.NewReceiver(t)
+	a.Respond = testenv.Statuses(http.StatusBadRequest, http.StatusOK)
+	subA, _ := e.subscribe(e.admin, a.URL, []string{"order.*", "hookd.*"}, nil)
+	e.subscribe(e.admin, ops.URL, []string{"hookd.replay.completed"}, nil)
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	dlv := e.onlyDelivery(e.post(e.admin, "order.created", map[string]any{}))
+	e.waitDelivery(dlv, "failed", 10*time.Second)
+	job := e.admin.Must(http.StatusAccepted, "POST", "/v1/subscriptions/"+subA+"/replay", map[string]any{"since": since})["job_id"].(string)
+	e.waitDelivery(dlv, "delivered", 15*time.Second)
+	testenv.Eventually(t, 15*time.Second, "ops gets hookd.replay.completed", func() bool { return ops.Count() >= 1 })
+	var got struct {
+		Type string `json:"type"`
+		Data struct {
+			JobID          string `json:"job_id"`
+			SubscriptionID string `json:"subscription_id"`
+			Replayed       int    `json:"replayed"`
+		} `json:"data"`
+	}
+	json.Unmarshal(ops.Requests()[0].Body, &got)
+	if got.Type != "hookd.replay.completed" || got.Data.JobID != job || got.Data.SubscriptionID != subA || got.Data.Replayed != 1 {
+		t.Errorf("ops got %s", ops.Requests()[0].Body)
+	}
+	if n := a.Count(); n != 2 {
+		t.Errorf("A got %d requests, want its delivery twice and nothing about itself", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hookd/internal/api"
+	"hookd/internal/core"
 	"hookd/internal/testenv"
 )
 
@@ -146,7 +147,7 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 	// Another subscription is not held back.
 	e.admin.Must(202, "POST", "/v1/subscriptions/"+other+"/replay", map[string]any{"since": since})
 	// Once the job is done, a new one may start.
-	if j, err := e.app.store.ReplayJobStep(t.Context(), jobs[0], 10, time.Now()); err != nil || !j.Done {
+	if j, _, err := e.app.store.ReplayJobStep(t.Context(), jobs[0], 10, time.Now()); err != nil || j.State != core.ReplayDone {
 		t.Fatalf("stepping the job: %+v %v", j, err)
 	}
 	e.admin.Must(202, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})

@@ -38,6 +38,7 @@ const (
 	SubscriptionRotateSecret = "subscription.rotate_secret"
 	ReplayDelivery           = "replay.delivery"
 	ReplaySubscription       = "replay.subscription"
+	ReplayCancel             = "replay.cancel"
 )
 
 // Actions is every action there is.
@@ -45,7 +46,7 @@ var Actions = []string{
 	TenantCreate, TenantUpdate, TenantDelete, KeyCreate, KeyRevoke,
 	SubscriptionCreate, SubscriptionUpdate, SubscriptionPause, SubscriptionResume,
 	SubscriptionDisable, SubscriptionDelete, SubscriptionRotateSecret,
-	ReplayDelivery, ReplaySubscription,
+	ReplayDelivery, ReplaySubscription, ReplayCancel,
 }
 
 // Known reports whether action is one of Actions.

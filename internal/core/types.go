@@ -208,20 +208,39 @@ type Job struct {
 	Event    Event
 }
 
-// ReplayJob puts a subscription's failed and skipped deliveries created in
-// [Since, Until) back in line, in batches, so a recovered endpoint gets
+// ReplayState is where a bulk replay job stands.
+type ReplayState string
+
+const (
+	ReplayRunning   ReplayState = "running"   // putting deliveries back in line
+	ReplayDone      ReplayState = "done"      // every matching delivery was put back
+	ReplayCancelled ReplayState = "cancelled" // stopped by a client; what it put back stays
+)
+
+// ReplayStatesDefault are the delivery states a bulk replay puts back
+// unless asked otherwise: what the endpoint missed.
+var ReplayStatesDefault = []DeliveryState{DeliveryFailed, DeliverySkipped}
+
+// ReplayRateMax bounds a replay job's pace (deliveries put back per second).
+const ReplayRateMax = 500
+
+// ReplayJob puts a subscription's deliveries in States created in
+// [Since, Until) back in line, paced at Rate, so a recovered endpoint gets
 // what it missed without a flood.
 type ReplayJob struct {
 	ID             string
 	TenantID       string
 	SubscriptionID string
-	Since, Until   time.Time // Until zero: no upper bound
-	EventTypes     []string  // exact types; empty: all
-	Done           bool
+	Since, Until   time.Time       // Until zero: no upper bound
+	EventTypes     []string        // exact types; empty: all
+	States         []DeliveryState // delivered, failed, skipped; never pending
+	Rate           float64         // deliveries put back per second, at most
+	State          ReplayState
 	Replayed       int    // deliveries put back in line so far
 	Cursor         string // the last delivery ID considered
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	CancelledAt    time.Time // zero unless cancelled
 }
 
 // DailyCount is what one subscription's deliveries created on one UTC day

@@ -157,15 +157,17 @@ func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
 	return nil
 }
 
-// ReplayCompleted tells the owner a bulk replay finished.
+// ReplayCompleted tells the owner a bulk replay finished (not one
+// cancelled, nor one of a subscription deleted meanwhile).
 func (l *Lifecycle) ReplayCompleted(ctx context.Context, job core.ReplayJob) {
 	sub, ok := l.cfg.Subs.Registry().Get(job.SubscriptionID)
 	if !ok {
 		return
 	}
-	l.emit(ctx, sub.TenantID, TypeReplayCompleted, "", map[string]any{
+	l.emit(ctx, sub.TenantID, TypeReplayCompleted, sub.ID, map[string]any{
 		"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": sub.URL,
-		"since": job.Since, "until": timeOrNil(job.Until), "replayed": job.Replayed,
+		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
+		"replayed": job.Replayed,
 	})
 }
 

@@ -38,7 +38,7 @@ var (
 //
 // The audit log: TenantCreate, TenantUpdate, TenantDelete, APIKeyCreate, APIKeyRevoke,
 // SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
-// DeliveryReplay and ReplayJobCreate write the entry their context carries
+// DeliveryReplay, ReplayJobCreate and ReplayJobCancel write the entry their context carries
 // (audit.Record) in the change's own transaction, with TenantID set to the
 // tenant of the row changed: no change commits without its entry, and a
 // change that fails writes none.
@@ -172,19 +172,39 @@ type Store interface {
 	Purge(ctx context.Context, cutoff time.Time, after PurgeCursor, limit int) (PurgeResult, error)
 	// DailyCounts returns a subscription's daily counts, oldest day first.
 	DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error)
-	// ReplayJobCreate inserts a job (Done false, Replayed 0, Cursor "").
+	// ReplayJobCreate inserts a job with its States and Rate (State
+	// running, Replayed 0, Cursor "").
 	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
 	// ReplayJobGet returns a job of a live subscription. ErrNotFound if
 	// absent or another tenant's.
 	ReplayJobGet(ctx context.Context, tenantID, id string) (core.ReplayJob, error)
-	// ReplayJobsRunning lists the jobs not yet done, oldest first.
+	// ReplayJobsRunning lists the jobs neither done nor cancelled, oldest first.
 	ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
 	// ReplayJobStep replays, in ONE transaction, up to limit of the job's
-	// matching deliveries after its cursor (by ID): failed and skipped ones
-	// become pending, due at now, in a new round; it advances the cursor and
-	// the count, and marks the job done when none are left or its
-	// subscription is gone. Returns the job after the step.
-	ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, error)
+	// matching deliveries after its cursor (by ID): those in the job's
+	// States become pending, due at now, in a new round; it advances the
+	// cursor and the count, and marks the job done when none are left or
+	// its subscription is gone. It reads the job's state in that
+	// transaction: ErrConflict, with the job as it stands and nothing
+	// written, if it is done or cancelled, so no step runs after a cancel
+	// has committed.
+	// ErrNotFound if absent. Returns the job after the step and the IDs of
+	// the deliveries it put back.
+	ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error)
+	// ReplayJobCancel marks a running job cancelled at now and returns it
+	// as written; its count stays, and deliveries already put back stay
+	// pending. ErrNotFound if absent, of a deleted subscription or another
+	// tenant's (tenantID "" any); ErrConflict, with the job as it stands,
+	// if it is done or cancelled already.
+	ReplayJobCancel(ctx context.Context, tenantID, id string, now time.Time) (core.ReplayJob, error)
+	// ReplayJobList pages one subscription's jobs newest first (by ID
+	// descending), scoped to p.TenantID ("" any).
+	ReplayJobList(ctx context.Context, p ReplayJobListParams) (Page[core.ReplayJob], error)
+	// DeliveryUntried returns those of ids whose deliveries are pending and
+	// not yet tried in their current round (attempt_count = round_start):
+	// put back in line and not yet sent, or sent with the result not yet
+	// written. Unknown IDs are left out.
+	DeliveryUntried(ctx context.Context, ids []string) ([]string, error)
 	// DeliveryPendingCounts counts the pending deliveries of every
 	// subscription with at least min of them: the shedder's one read.
 	DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error)
@@ -374,6 +394,13 @@ type DeliveryListParams struct {
 	State          core.DeliveryState // "" for any
 	EventType      string             // exact; "" for any
 	Since, Until   time.Time          // on created_at: Since <= t < Until; zero: unbounded
+	Cursor         string
+	Limit          int
+}
+
+type ReplayJobListParams struct {
+	TenantID       string // "" for any
+	SubscriptionID string
 	Cursor         string
 	Limit          int
 }

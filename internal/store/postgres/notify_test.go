@@ -133,11 +133,12 @@ func TestNotifyReachesOtherInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := core.ReplayJob{ID: core.NewID("rpl"), TenantID: core.DefaultTenant, SubscriptionID: x.ID,
-		Since: time.Now().Add(-time.Hour), CreatedAt: time.Now(), UpdatedAt: time.Now()}
+		Since: time.Now().Add(-time.Hour), States: core.ReplayStatesDefault, Rate: core.ReplayRateMax,
+		CreatedAt: time.Now(), UpdatedAt: time.Now()}
 	if err := a.ReplayJobCreate(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	if j, err := a.ReplayJobStep(ctx, job.ID, 10, time.Now()); err != nil || j.Replayed != 1 {
+	if j, _, err := a.ReplayJobStep(ctx, job.ID, 10, time.Now()); err != nil || j.Replayed != 1 {
 		t.Fatalf("ReplayJobStep: %+v, %v", j, err)
 	}
 	if got := lb.until(t, x.ID); len(got) != 0 {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,26 +13,48 @@ import (
 )
 
 const replayJobColumns = `id, tenant_id, subscription_id, since, until, event_types, state, replayed, cursor,
-	created_at, updated_at`
+	created_at, updated_at, states, rate, cancelled_at`
 
 func scanReplayJob(row pgx.Row) (core.ReplayJob, error) {
 	var j core.ReplayJob
-	var since, until, c, u pgtype.Timestamptz
+	var since, until, c, u, cancelled pgtype.Timestamptz
 	var state string
+	var states []string
 	if err := row.Scan(&j.ID, &j.TenantID, &j.SubscriptionID, &since, &until, &j.EventTypes, &state,
-		&j.Replayed, &j.Cursor, &c, &u); err != nil {
+		&j.Replayed, &j.Cursor, &c, &u, &states, &j.Rate, &cancelled); err != nil {
 		return j, err
 	}
-	j.Since, j.Until, j.CreatedAt, j.UpdatedAt = tm(since), tm(until), tm(c), tm(u)
-	j.Done = state == "done"
+	j.Since, j.Until, j.CreatedAt, j.UpdatedAt, j.CancelledAt = tm(since), tm(until), tm(c), tm(u), tm(cancelled)
+	// A cancelled job is written done with cancelled_at set (migration 0011).
+	switch {
+	case state == "running":
+		j.State = core.ReplayRunning
+	case cancelled.Valid:
+		j.State = core.ReplayCancelled
+	default:
+		j.State = core.ReplayDone
+	}
+	j.States = make([]core.DeliveryState, len(states))
+	for i, s := range states {
+		j.States[i] = core.DeliveryState(s)
+	}
 	return j, nil
+}
+
+func stateNames(states []core.DeliveryState) []string {
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
 }
 
 func (s *Store) ReplayJobCreate(ctx context.Context, j core.ReplayJob) error {
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, 'running', 0, '', $7, $8)`,
-			j.ID, j.TenantID, j.SubscriptionID, j.Since, ts(j.Until), orEmpty(j.EventTypes), j.CreatedAt, j.UpdatedAt)
+		VALUES ($1, $2, $3, $4, $5, $6, 'running', 0, '', $7, $8, $9, $10, NULL)`,
+			j.ID, j.TenantID, j.SubscriptionID, j.Since, ts(j.Until), orEmpty(j.EventTypes), j.CreatedAt, j.UpdatedAt,
+			stateNames(j.States), j.Rate)
 		if err != nil {
 			return err
 		}
@@ -52,6 +75,10 @@ func (s *Store) ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	return collectReplayJobs(rows)
+}
+
+func collectReplayJobs(rows pgx.Rows) ([]core.ReplayJob, error) {
 	defer rows.Close()
 	out := []core.ReplayJob{}
 	for rows.Next() {
@@ -64,17 +91,67 @@ func (s *Store) ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
 	return out, mapErr(rows.Err())
 }
 
-func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, error) {
+func (s *Store) ReplayJobList(ctx context.Context, p store.ReplayJobListParams) (store.Page[core.ReplayJob], error) {
+	limit := store.PageLimit(p.Limit)
+	// Walks replay_jobs_subscription backwards; IDs sort by creation.
+	rows, err := s.pool.Query(ctx, `SELECT `+replayJobColumns+` FROM replay_jobs
+		WHERE subscription_id = $1 AND ($2 = '' OR tenant_id = $2) AND ($3 = '' OR id < $3)
+		ORDER BY id DESC LIMIT $4`, p.SubscriptionID, p.TenantID, p.Cursor, limit+1)
+	if err != nil {
+		return store.Page[core.ReplayJob]{}, mapErr(err)
+	}
+	jobs, err := collectReplayJobs(rows)
+	if err != nil {
+		return store.Page[core.ReplayJob]{}, err
+	}
+	return store.PageOf(jobs, limit, func(j core.ReplayJob) string { return j.ID }), nil
+}
+
+func (s *Store) ReplayJobCancel(ctx context.Context, tenantID, id string, now time.Time) (core.ReplayJob, error) {
 	var j core.ReplayJob
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// FOR UPDATE: a step running now finishes first, and every step
+		// after reads the job cancelled (ReplayJobStep locks it too).
+		var err error
+		j, err = scanReplayJob(tx.QueryRow(ctx, `SELECT `+replayJobColumns+` FROM replay_jobs
+			WHERE id = $1 AND ($2 = '' OR tenant_id = $2)
+			AND subscription_id IN (SELECT id FROM subscriptions WHERE deleted_at IS NULL) FOR UPDATE`, id, tenantID))
+		if err != nil {
+			return err
+		}
+		if j.State != core.ReplayRunning {
+			return store.ErrConflict
+		}
+		j.State, j.CancelledAt, j.UpdatedAt = core.ReplayCancelled, now, now
+		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET state = 'done', cancelled_at = $1, updated_at = $1 WHERE id = $2`,
+			now, id); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, j.TenantID)
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return j, err
+	}
+	if err != nil {
+		return core.ReplayJob{}, mapErr(err)
+	}
+	return j, nil
+}
+
+func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error) {
+	var j core.ReplayJob
+	var ids []string
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		ids = nil
 		// FOR UPDATE: if two nodes step one job at once, the second waits
-		// and continues from the first one's cursor.
+		// and continues from the first one's cursor; a cancel waits for a
+		// step, and a step after it reads the job cancelled.
 		var err error
 		if j, err = scanReplayJob(tx.QueryRow(ctx, `SELECT `+replayJobColumns+` FROM replay_jobs WHERE id = $1 FOR UPDATE`, id)); err != nil {
 			return err
 		}
-		if j.Done {
-			return nil
+		if j.State != core.ReplayRunning {
+			return store.ErrConflict
 		}
 		var host string
 		var deleted pgtype.Timestamptz
@@ -82,7 +159,7 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			j.SubscriptionID).Scan(&host, &deleted); err != nil {
 			return err
 		}
-		var considered, replayed int
+		var considered int
 		if !deleted.Valid {
 			// One statement picks the batch and puts it back in line. A row
 			// another transaction changed meanwhile is re-checked by the
@@ -90,18 +167,19 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			var last pgtype.Text
 			err := tx.QueryRow(ctx, `WITH cand AS (
 					SELECT id FROM deliveries
-					WHERE subscription_id = $4 AND id > $5 AND state IN ('failed', 'skipped')
+					WHERE subscription_id = $4 AND id > $5 AND state = ANY($10)
 					AND created_at >= $6 AND ($7::timestamptz IS NULL OR created_at < $7)
 					AND (cardinality($8::text[]) = 0 OR event_type = ANY($8))
 					ORDER BY id LIMIT $9),
 				upd AS (
 					UPDATE deliveries d SET state = 'pending', round_start = attempt_count,
 					round_started_at = $1, next_attempt_at = $1, updated_at = $1, host = $2, shard = $3
-					FROM cand WHERE d.id = cand.id AND d.state IN ('failed', 'skipped')
+					FROM cand WHERE d.id = cand.id AND d.state = ANY($10)
 					RETURNING d.id)
-				SELECT (SELECT count(*) FROM cand), (SELECT max(id) FROM cand), (SELECT count(*) FROM upd)`,
-				now, host, core.ShardOf(host), j.SubscriptionID, j.Cursor, j.Since, ts(j.Until), orEmpty(j.EventTypes), limit).
-				Scan(&considered, &last, &replayed)
+				SELECT (SELECT count(*) FROM cand), (SELECT max(id) FROM cand), (SELECT coalesce(array_agg(id), '{}') FROM upd)`,
+				now, host, core.ShardOf(host), j.SubscriptionID, j.Cursor, j.Since, ts(j.Until), orEmpty(j.EventTypes), limit,
+				stateNames(j.States)).
+				Scan(&considered, &last, &ids)
 			if err != nil {
 				return err
 			}
@@ -109,21 +187,33 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 				j.Cursor = last.String
 			}
 		}
-		j.Replayed += replayed
-		j.Done = considered < limit
-		j.UpdatedAt = now
+		j.Replayed += len(ids)
 		state := "running"
-		if j.Done {
-			state = "done"
+		if considered < limit {
+			j.State, state = core.ReplayDone, "done"
 		}
+		j.UpdatedAt = now
 		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET replayed = $1, cursor = $2, state = $3, updated_at = $4 WHERE id = $5`,
 			j.Replayed, j.Cursor, state, now, id); err != nil {
 			return err
 		}
-		if replayed > 0 {
+		if len(ids) > 0 {
 			return s.notify(ctx, tx, store.Due{SubscriptionID: j.SubscriptionID, Shard: core.ShardOf(host)})
 		}
 		return nil
 	})
-	return j, mapErr(err)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return j, nil, err
+	case err != nil:
+		return j, nil, mapErr(err)
+	}
+	return j, ids, nil
+}
+
+func (s *Store) DeliveryUntried(ctx context.Context, ids []string) ([]string, error) {
+	var out []string
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(id), '{}') FROM deliveries
+		WHERE id = ANY($1) AND state = 'pending' AND attempt_count = round_start`, orEmpty(ids)).Scan(&out)
+	return out, mapErr(err)
 }

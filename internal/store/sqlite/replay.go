@@ -12,37 +12,54 @@ import (
 )
 
 const replayJobColumns = `id, tenant_id, subscription_id, since, until, event_types, state, replayed, cursor,
-	created_at, updated_at`
+	created_at, updated_at, states, rate, cancelled_at`
 
 func scanReplayJob(sc scanner) (core.ReplayJob, error) {
 	var j core.ReplayJob
-	var since, until, c, u int64
-	var types, state string
+	var since, until, c, u, cancelled int64
+	var types, states, state string
 	if err := sc.Scan(&j.ID, &j.TenantID, &j.SubscriptionID, &since, &until, &types, &state,
-		&j.Replayed, &j.Cursor, &c, &u); err != nil {
+		&j.Replayed, &j.Cursor, &c, &u, &states, &j.Rate, &cancelled); err != nil {
 		return j, err
 	}
-	j.Since, j.Until, j.CreatedAt, j.UpdatedAt = tm(since), tm(until), tm(c), tm(u)
-	j.Done = state == "done"
+	j.Since, j.Until, j.CreatedAt, j.UpdatedAt, j.CancelledAt = tm(since), tm(until), tm(c), tm(u), tm(cancelled)
+	j.State = replayState(state, cancelled != 0)
 	if err := json.Unmarshal([]byte(types), &j.EventTypes); err != nil {
+		return j, err
+	}
+	if err := json.Unmarshal([]byte(states), &j.States); err != nil {
 		return j, err
 	}
 	return j, nil
 }
 
+// replayState reads a job's state as stored: a cancelled job is written
+// done with cancelled_at set (see migration 0010).
+func replayState(state string, cancelled bool) core.ReplayState {
+	switch {
+	case state == "running":
+		return core.ReplayRunning
+	case cancelled:
+		return core.ReplayCancelled
+	}
+	return core.ReplayDone
+}
+
+// jsonList is a list as a JSON array, never null.
+func jsonList[T any](xs []T) string {
+	if xs == nil {
+		xs = []T{}
+	}
+	b, _ := json.Marshal(xs) // strings only: cannot fail
+	return string(b)
+}
+
 func (s *Store) ReplayJobCreate(ctx context.Context, j core.ReplayJob) error {
-	types := j.EventTypes
-	if types == nil {
-		types = []string{}
-	}
-	b, err := json.Marshal(types)
-	if err != nil {
-		return err
-	}
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, 'running', 0, '', ?, ?)`,
-			j.ID, j.TenantID, j.SubscriptionID, ns(j.Since), ns(j.Until), string(b), ns(j.CreatedAt), ns(j.UpdatedAt))
+			VALUES (?, ?, ?, ?, ?, ?, 'running', 0, '', ?, ?, ?, ?, 0)`,
+			j.ID, j.TenantID, j.SubscriptionID, ns(j.Since), ns(j.Until), jsonList(j.EventTypes),
+			ns(j.CreatedAt), ns(j.UpdatedAt), jsonList(j.States), j.Rate)
 		if err != nil {
 			return err
 		}
@@ -63,6 +80,10 @@ func (s *Store) ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	return collectReplayJobs(rows)
+}
+
+func collectReplayJobs(rows *sql.Rows) ([]core.ReplayJob, error) {
 	defer rows.Close()
 	out := []core.ReplayJob{}
 	for rows.Next() {
@@ -75,15 +96,69 @@ func (s *Store) ReplayJobsRunning(ctx context.Context) ([]core.ReplayJob, error)
 	return out, mapErr(rows.Err())
 }
 
-func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, error) {
+func (s *Store) ReplayJobList(ctx context.Context, p store.ReplayJobListParams) (store.Page[core.ReplayJob], error) {
+	limit := store.PageLimit(p.Limit)
+	// Walks replay_jobs_subscription backwards; IDs sort by creation.
+	q := `SELECT ` + replayJobColumns + ` FROM replay_jobs INDEXED BY replay_jobs_subscription
+		WHERE subscription_id = ? AND (? = '' OR tenant_id = ?)`
+	args := []any{p.SubscriptionID, p.TenantID, p.TenantID}
+	if p.Cursor != "" {
+		q += ` AND id < ?`
+		args = append(args, p.Cursor)
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY id DESC LIMIT ?`, append(args, limit+1)...)
+	if err != nil {
+		return store.Page[core.ReplayJob]{}, mapErr(err)
+	}
+	jobs, err := collectReplayJobs(rows)
+	if err != nil {
+		return store.Page[core.ReplayJob]{}, err
+	}
+	return store.PageOf(jobs, limit, func(j core.ReplayJob) string { return j.ID }), nil
+}
+
+func (s *Store) ReplayJobCancel(ctx context.Context, tenantID, id string, now time.Time) (core.ReplayJob, error) {
 	var j core.ReplayJob
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		j, err = scanReplayJob(tx.QueryRowContext(ctx, `SELECT `+replayJobColumns+` FROM replay_jobs
+			WHERE id = ? AND (? = '' OR tenant_id = ?)
+			AND subscription_id IN (SELECT id FROM subscriptions WHERE deleted_at IS NULL)`, id, tenantID, tenantID))
+		if err != nil {
+			return err
+		}
+		if j.State != core.ReplayRunning {
+			return store.ErrConflict
+		}
+		j.State, j.CancelledAt, j.UpdatedAt = core.ReplayCancelled, now, now
+		if _, err := tx.ExecContext(ctx, `UPDATE replay_jobs SET state = 'done', cancelled_at = ?1, updated_at = ?1
+			WHERE id = ?2`, ns(now), id); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, j.TenantID)
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return j, err
+	}
+	if err != nil {
+		return core.ReplayJob{}, mapErr(err)
+	}
+	return j, nil
+}
+
+func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error) {
+	var j core.ReplayJob
+	var ids []string
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		ids = nil
+		// Read in the step's own write transaction: a cancel committed
+		// before it is seen, and one after it waits for it.
 		var err error
 		if j, err = scanReplayJob(tx.QueryRowContext(ctx, `SELECT `+replayJobColumns+` FROM replay_jobs WHERE id = ?`, id)); err != nil {
 			return err
 		}
-		if j.Done {
-			return nil
+		if j.State != core.ReplayRunning {
+			return store.ErrConflict
 		}
 		var host string
 		var deleted sql.NullInt64
@@ -91,14 +166,13 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			j.SubscriptionID).Scan(&host, &deleted); err != nil {
 			return err
 		}
-		types, _ := json.Marshal(j.EventTypes)
-		var ids []string
 		if !deleted.Valid {
 			ids, err = queryStrings(ctx, tx, `SELECT id FROM deliveries INDEXED BY deliveries_subscription
-				WHERE subscription_id = ?1 AND id > ?2 AND state IN ('failed', 'skipped')
+				WHERE subscription_id = ?1 AND id > ?2 AND state IN (SELECT value FROM json_each(?7))
 				AND created_at >= ?3 AND (?4 = 0 OR created_at < ?4)
 				AND (json_array_length(?5) = 0 OR event_type IN (SELECT value FROM json_each(?5)))
-				ORDER BY id LIMIT ?6`, j.SubscriptionID, j.Cursor, ns(j.Since), ns(j.Until), string(types), limit)
+				ORDER BY id LIMIT ?6`, j.SubscriptionID, j.Cursor, ns(j.Since), ns(j.Until), jsonList(j.EventTypes), limit,
+				jsonList(j.States))
 			if err != nil {
 				return err
 			}
@@ -114,18 +188,41 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		if len(ids) > 0 {
 			j.Cursor = ids[len(ids)-1]
 		}
-		j.Done = len(ids) < limit
-		j.UpdatedAt = now
 		state := "running"
-		if j.Done {
-			state = "done"
+		if len(ids) < limit {
+			j.State, state = core.ReplayDone, "done"
 		}
+		j.UpdatedAt = now
 		_, err = tx.ExecContext(ctx, `UPDATE replay_jobs SET replayed = ?, cursor = ?, state = ?, updated_at = ? WHERE id = ?`,
 			j.Replayed, j.Cursor, state, ns(now), id)
 		return err
 	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return j, store.ErrNotFound
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return j, nil, err
+	case errors.Is(err, sql.ErrNoRows):
+		return j, nil, store.ErrNotFound
+	case err != nil:
+		return j, nil, mapErr(err)
 	}
-	return j, mapErr(err)
+	return j, ids, nil
+}
+
+func (s *Store) DeliveryUntried(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM deliveries
+		WHERE id IN (SELECT value FROM json_each(?)) AND state = 'pending' AND attempt_count = round_start`,
+		jsonList(ids))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, mapErr(err)
+		}
+		out = append(out, id)
+	}
+	return out, mapErr(rows.Err())
 }

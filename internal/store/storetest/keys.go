@@ -145,9 +145,14 @@ func testAuditInTransaction(t *testing.T, s store.Store) {
 	wantErr(t, "DeliveryReplay(pending)", err, store.ErrConflict)
 
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: a.ID, SubscriptionID: sub.ID, Since: t0, EventTypes: []string{},
-		CreatedAt: t0, UpdatedAt: t0}
+		States: core.ReplayStatesDefault, Rate: 500, CreatedAt: t0, UpdatedAt: t0}
 	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(rec(audit.ReplaySubscription, sub.ID), j))
 	want = append(want, row{audit.ReplaySubscription, a.ID, sub.ID})
+	_, err = s.ReplayJobCancel(rec(audit.ReplayCancel, sub.ID), "", j.ID, at(time.Minute))
+	noErr(t, "ReplayJobCancel", err)
+	want = append(want, row{audit.ReplayCancel, a.ID, sub.ID})
+	_, err = s.ReplayJobCancel(rec(audit.ReplayCancel, sub.ID), "", j.ID, at(time.Minute))
+	wantErr(t, "ReplayJobCancel(again)", err, store.ErrConflict)
 
 	rows := f.audit(store.AuditListParams{})
 	var got []row

@@ -41,11 +41,11 @@ func testFarTimes(t *testing.T, s store.Store) {
 	}
 
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: a.ID, SubscriptionID: sub.ID, Since: farFuture,
-		EventTypes: []string{}, CreatedAt: at(0), UpdatedAt: at(0)}
+		EventTypes: []string{}, States: core.ReplayStatesDefault, Rate: 500, CreatedAt: at(0), UpdatedAt: at(0)}
 	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(f.ctx, j))
-	got, err := s.ReplayJobStep(f.ctx, j.ID, 10, at(time.Hour))
+	got, _, err := s.ReplayJobStep(f.ctx, j.ID, 10, at(time.Hour))
 	noErr(t, "ReplayJobStep", err)
-	if got.Replayed != 0 || !got.Done {
+	if got.Replayed != 0 || got.State != core.ReplayDone {
 		t.Errorf("replay since 9999: %+v, want done with nothing replayed", got)
 	}
 	if got.Since.Year() < 2262 {
