@@ -32,6 +32,8 @@ var v1Routes = []string{
 	"POST /v1/subscriptions/{id}/test",
 	"GET /v1/subscriptions/{id}/deliveries",
 	"GET /v1/subscriptions/{id}/health",
+	"GET /v1/subscriptions/{id}/stats",
+	"GET /v1/stats",
 	"POST /v1/subscriptions/{id}/replay",
 	"GET /v1/replays/{id}",
 	"POST /v1/replays/{id}/cancel",

@@ -127,6 +127,8 @@ func New(cfg Config) *Server {
 	s.route("POST /v1/subscriptions/{id}/test", s.testSubscription)
 	s.route("GET /v1/subscriptions/{id}/deliveries", s.listDeliveries)
 	s.route("GET /v1/subscriptions/{id}/health", s.subscriptionHealth)
+	s.route("GET /v1/subscriptions/{id}/stats", s.subscriptionStats)
+	s.route("GET /v1/stats", s.tenantStats)
 	s.route("POST /v1/subscriptions/{id}/replay", s.replaySubscription)
 	s.route("GET /v1/replays/{id}", s.getReplay)
 	s.route("POST /v1/replays/{id}/cancel", s.cancelReplay)

@@ -166,12 +166,20 @@ type Store interface {
 	// cursor in (created_at, id) order, and removes those none of whose
 	// deliveries is pending (pending work is never dropped, however old),
 	// with their deliveries and attempts, first adding those deliveries to
-	// the daily counts. Looking at limit events, rather than removing limit,
+	// the daily and hourly counts. Looking at limit events, rather than removing limit,
 	// bounds each call's work however many old events are kept. Several
 	// callers at once (nodes sharing a database) never count a row twice.
 	Purge(ctx context.Context, cutoff time.Time, after PurgeCursor, limit int) (PurgeResult, error)
 	// DailyCounts returns a subscription's daily counts, oldest day first.
 	DailyCounts(ctx context.Context, subscriptionID string) ([]core.DailyCount, error)
+	// DeliveryBuckets counts deliveries by the bucket of their creation:
+	// every bucket of p, ascending, zeros where nothing happened. Each
+	// count is what Purge kept for the bucket (hourly or daily counts, by
+	// p.Width) plus the rows still there, read in one statement, so a
+	// bucket's counts are the same before and after a purge. Pending is
+	// live rows only; the latency is over the attempt rows still kept.
+	// An error if p is not a valid range (see DeliveryBucketsParams).
+	DeliveryBuckets(ctx context.Context, p DeliveryBucketsParams) ([]DeliveryBucket, error)
 	// ReplayJobCreate inserts a job with its States and Rate (State
 	// running, Replayed 0, Cursor "").
 	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
@@ -533,6 +541,77 @@ type PurgeResult struct {
 	Removed int         // events removed
 	Looked  int         // events looked at: fewer than the limit means none is left
 	Next    PurgeCursor // where the next call goes on
+}
+
+// Bucket widths DeliveryBuckets takes: an hour, or a UTC day (Unix time
+// has no leap seconds, so days are 24 h).
+const (
+	BucketHour = time.Hour
+	BucketDay  = 24 * time.Hour
+)
+
+// DeliveryBucketsParams says whose deliveries to count, and over which
+// buckets: [Since, Until) in steps of Width (BucketHour or BucketDay),
+// both multiples of Width since the Unix epoch, Since before Until.
+type DeliveryBucketsParams struct {
+	// SubscriptionID counts that subscription alone (the caller has
+	// checked whose it is); "" counts every subscription of TenantID,
+	// deleted ones included.
+	SubscriptionID string
+	TenantID       string
+	Since, Until   time.Time
+	Width          time.Duration
+	// ExactUpTo is how many attempts a bucket may hold for its latency to
+	// be read from all of them (0: DefaultExactUpTo); see Sample.
+	ExactUpTo int64
+}
+
+// DefaultExactUpTo bounds the attempts a bucket's latency sorts.
+const DefaultExactUpTo = 1 << 16
+
+// Sample says how much of a bucket of n attempts its latency reads: the
+// attempts of 1 in 32^k of its deliveries (chosen by a hash of their IDs),
+// k the least (at most 4) that brings n/32^k to ExactUpTo or under. So a
+// bucket of millions of attempts sorts tens of thousands, at least
+// ExactUpTo/32 of them when it samples.
+func (p DeliveryBucketsParams) Sample(n int64) int {
+	most := p.ExactUpTo
+	if most <= 0 {
+		most = DefaultExactUpTo
+	}
+	k := 0
+	for n > most && k < 4 {
+		n /= 32
+		k++
+	}
+	return k
+}
+
+// Buckets returns p's buckets, every count zero: what a backend fills.
+func (p DeliveryBucketsParams) Buckets() ([]DeliveryBucket, error) {
+	w := int64(p.Width / time.Second)
+	aligned := func(t time.Time) bool { return w > 0 && t.Unix() >= 0 && t.Unix()%w == 0 && t.Nanosecond() == 0 }
+	switch {
+	case p.Width != BucketHour && p.Width != BucketDay:
+		return nil, fmt.Errorf("delivery buckets: width %s is neither an hour nor a day", p.Width)
+	case !aligned(p.Since) || !aligned(p.Until) || !p.Since.Before(p.Until):
+		return nil, fmt.Errorf("delivery buckets: [%s, %s) is not a range of whole %s buckets", p.Since, p.Until, p.Width)
+	}
+	out := make([]DeliveryBucket, (p.Until.Unix()-p.Since.Unix())/w)
+	for i := range out {
+		out[i].Start = p.Since.Add(time.Duration(i) * p.Width).UTC()
+	}
+	return out, nil
+}
+
+// DeliveryBucket is what the deliveries created in one bucket came to.
+type DeliveryBucket struct {
+	Start                      time.Time
+	Delivered, Failed, Skipped int64
+	Pending                    int64 // live rows only: retention never removes pending work
+	Attempts                   int64 // the attempts of the bucket's deliveries (their attempt_count)
+	Timed                      int64 // attempt rows the latency is over: those kept, or a sample of them
+	LatencyP50, LatencyP99     time.Duration
 }
 
 // Due is one notification: by default, that a subscription has deliveries

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/internal/testenv"
@@ -69,6 +71,65 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		p := strings.Join(plan, "\n")
 		if !strings.Contains(p, q.index) || strings.Contains(p, "Seq Scan on deliveries") {
 			t.Errorf("%s: want %s and no scan of deliveries; plan:\n%s", name, q.index, p)
+		}
+	}
+}
+
+// Stats read a day of a month's deliveries through the (subscription,
+// created_at) index, for one subscription or for all of a tenant's, and
+// look their attempts up by key: never a walk of either table.
+func TestStatsQueriesUseIndexes(t *testing.T) {
+	s := openURL(t, testenv.PostgresSchema(t))
+	ctx := t.Context()
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	for _, q := range []string{
+		`INSERT INTO tenants (id, name, created_at) VALUES ('other', 'other', now())`,
+		`INSERT INTO subscriptions (id, tenant_id, url, host, event_types, secret, state, created_at, updated_at)
+			SELECT 'sub_' || i, CASE WHEN i < 10 THEN 'default' ELSE 'other' END, 'https://h/', 'h:443', '{*}', 'x',
+				'active', now(), now() FROM generate_series(0, 19) i`,
+		// 20,000 deliveries over 30 days, one attempt each.
+		`INSERT INTO events (id, tenant_id, type, payload, created_at)
+			SELECT 'evt_' || i, 'default', 'a.b', '\x7b7d', $1::timestamptz - i * interval '2 minutes'
+			FROM generate_series(1, 20000) i`,
+		`INSERT INTO deliveries (id, event_id, subscription_id, tenant_id, event_type, host, shard, state,
+				attempt_count, round_started_at, created_at, updated_at)
+			SELECT 'dlv_' || substr(id, 5), id, 'sub_' || (substr(id, 5)::int % 20), 'default', 'a.b', 'h:443', 1,
+				'delivered', 1, created_at, created_at, created_at FROM events`,
+		`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code)
+			SELECT id, 1, created_at, 1000000, 200 FROM deliveries`,
+		`ANALYZE`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, day)
+		}
+		if _, err := s.pool.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, p := range map[string]store.DeliveryBucketsParams{
+		"a subscription's hours": {SubscriptionID: "sub_3", Since: day.Add(-24 * time.Hour), Until: day, Width: store.BucketHour},
+		"a tenant's day":         {TenantID: "default", Since: day.Add(-24 * time.Hour), Until: day, Width: store.BucketDay},
+	} {
+		who := p.SubscriptionID + p.TenantID
+		for i, q := range []string{bucketCountsSQL, bucketLatencySQL} {
+			args := []any{p.Since, p.Until, p.Width.Seconds(), who}
+			if q == bucketLatencySQL {
+				args = append(args, "0")
+			}
+			rows, err := s.pool.Query(ctx, "EXPLAIN "+bucketSQL(q, p), args...)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl := strings.Join(plan, "\n")
+			if !strings.Contains(pl, "deliveries_subscription_created") || strings.Contains(pl, "Seq Scan on deliveries") ||
+				strings.Contains(pl, "Seq Scan on attempts") || (i == 1 && !strings.Contains(pl, "attempts_pkey")) {
+				t.Errorf("%s, query %d: want deliveries_subscription_created (and attempts_pkey) and no scan of either table; plan:\n%s", name, i, pl)
+			}
 		}
 	}
 }

@@ -74,6 +74,17 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCu
 				failed = daily_counts.failed + EXCLUDED.failed,
 				skipped = daily_counts.skipped + EXCLUDED.skipped,
 				attempts = daily_counts.attempts + EXCLUDED.attempts`, ids)
+		b.Queue(`INSERT INTO hourly_counts (subscription_id, hour, delivered, failed, skipped, attempts)
+			SELECT subscription_id, date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z'),
+				count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
+				count(*) FILTER (WHERE state = 'skipped'), sum(attempt_count)
+			FROM deliveries WHERE event_id = ANY($1)
+			GROUP BY 1, 2 ORDER BY 1, 2
+			ON CONFLICT (subscription_id, hour) DO UPDATE SET
+				delivered = hourly_counts.delivered + EXCLUDED.delivered,
+				failed = hourly_counts.failed + EXCLUDED.failed,
+				skipped = hourly_counts.skipped + EXCLUDED.skipped,
+				attempts = hourly_counts.attempts + EXCLUDED.attempts`, ids)
 		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE event_id = ANY($1))`, ids)
 		b.Queue(`DELETE FROM deliveries WHERE event_id = ANY($1)`, ids)
 		b.Queue(`DELETE FROM events WHERE id = ANY($1)`, ids)

@@ -10,7 +10,10 @@ import (
 	"hookd/internal/store"
 )
 
-const nsPerDay = int64(24 * time.Hour)
+const (
+	nsPerDay  = int64(24 * time.Hour)
+	nsPerHour = int64(time.Hour)
+)
 
 // Purge runs on the one writer, so nothing changes a delivery between the
 // choice of events and their removal.
@@ -58,12 +61,20 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCu
 				ON CONFLICT (subscription_id, day) DO UPDATE SET delivered = delivered + excluded.delivered,
 					failed = failed + excluded.failed, skipped = skipped + excluded.skipped,
 					attempts = attempts + excluded.attempts`,
+			`INSERT INTO hourly_counts (subscription_id, hour, delivered, failed, skipped, attempts)
+				SELECT subscription_id, created_at / ?3, sum(state = 'delivered'), sum(state = 'failed'),
+					sum(state = 'skipped'), sum(attempt_count)
+				FROM deliveries WHERE event_id IN (SELECT value FROM json_each(?1))
+				GROUP BY subscription_id, created_at / ?3 ORDER BY 1, 2
+				ON CONFLICT (subscription_id, hour) DO UPDATE SET delivered = delivered + excluded.delivered,
+					failed = failed + excluded.failed, skipped = skipped + excluded.skipped,
+					attempts = attempts + excluded.attempts`,
 			`DELETE FROM attempts WHERE delivery_id IN
 				(SELECT id FROM deliveries WHERE event_id IN (SELECT value FROM json_each(?1)))`,
 			`DELETE FROM deliveries WHERE event_id IN (SELECT value FROM json_each(?1))`,
 			`DELETE FROM events WHERE id IN (SELECT value FROM json_each(?1))`,
 		} {
-			if _, err := tx.ExecContext(ctx, q, string(batch), nsPerDay); err != nil {
+			if _, err := tx.ExecContext(ctx, q, string(batch), nsPerDay, nsPerHour); err != nil {
 				return err
 			}
 		}

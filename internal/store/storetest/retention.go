@@ -178,4 +178,11 @@ func testPurgeConcurrent(t *testing.T, s store.Store) {
 	if len(c) != 1 || c[0].Delivered != events || c[0].Attempts != events {
 		t.Fatalf("counts %+v, want one day with %d delivered in %d attempts", c, events, events)
 	}
+	// The hourly counts too: t0's hour holds each delivery once.
+	hour := t0.Truncate(time.Hour)
+	b, err := s.DeliveryBuckets(f.ctx, store.DeliveryBucketsParams{SubscriptionID: sub.ID,
+		Since: hour.Add(-time.Hour), Until: hour.Add(2 * time.Hour), Width: store.BucketHour})
+	noErr(t, "DeliveryBuckets", err)
+	same(t, "hour buckets after purgers at once", b, []store.DeliveryBucket{{Start: hour.Add(-time.Hour)},
+		{Start: hour, Delivered: events, Attempts: events}, {Start: hour.Add(time.Hour)}})
 }
