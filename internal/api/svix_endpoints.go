@@ -431,7 +431,15 @@ func (s *Server) svixEndpointStats(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
-	st, err := s.endpointStats(r.Context(), sub)
+	since, err := svixQueryTime(r, "since")
+	if err != nil {
+		return err
+	}
+	until, err := svixQueryTime(r, "until")
+	if err != nil {
+		return err
+	}
+	st, err := s.endpointStats(r.Context(), sub, since, until)
 	if err != nil {
 		return err
 	}
@@ -447,13 +455,28 @@ type svixStatsJSON struct {
 }
 
 // endpointStats is the one place the Svix API reads an endpoint's
-// counts. For now it has what /v1's health has (DeliveryStats): pending
-// and failed deliveries within retention; success and sending are 0
-// until a stats read gives them (docs/svix.md).
-func (s *Server) endpointStats(ctx context.Context, sub core.Subscription) (svixStatsJSON, error) {
-	st, err := s.Store.DeliveryStats(ctx, sub.TenantID, sub.ID)
+// counts: the stats API's day buckets over [since, until) (default the
+// last 28 days), summed. sending stays 0: what is in flight is the
+// dispatcher's, on the node that sends to the endpoint.
+func (s *Server) endpointStats(ctx context.Context, sub core.Subscription, since, until time.Time) (svixStatsJSON, error) {
+	const day = 24 * time.Hour
+	if until.IsZero() {
+		until = time.Now().UTC().Truncate(day).Add(day)
+	}
+	if since.IsZero() {
+		since = until.Add(-28 * day)
+	}
+	if !until.After(since) || until.Sub(since) > 400*day {
+		return svixStatsJSON{}, errQuery("until", "must be after since, by at most 400 days")
+	}
+	bs, err := s.Store.DeliveryBuckets(ctx, store.DeliveryBucketsParams{SubscriptionID: sub.ID, TenantID: sub.TenantID,
+		Since: since.Truncate(day), Until: until, Width: day})
 	if err != nil {
 		return svixStatsJSON{}, err
 	}
-	return svixStatsJSON{Pending: int64(st.Pending), Fail: int64(st.Failed)}, nil
+	var out svixStatsJSON
+	for _, b := range bs {
+		out.Success, out.Fail, out.Pending = out.Success+b.Delivered, out.Fail+b.Failed, out.Pending+b.Pending
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"hookd/internal/testenv"
 )
@@ -154,5 +155,33 @@ func TestSvixTenantKeyAndApplicationDelete(t *testing.T) {
 	e.admin.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Acme again", "uid": "acme"})
 	if d := e.admin.Must(http.StatusOK, "GET", "/api/v1/app/acme/endpoint", nil)["data"].([]any); len(d) != 0 {
 		t.Fatalf("the new acme has endpoints %v", d)
+	}
+}
+
+// An endpoint's Svix stats are the stats API's: a delivered message counts
+// as a success, a failed one as a fail.
+func TestSvixEndpointStatsCountDeliveries(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	ok, bad := testenv.NewReceiver(t), testenv.NewReceiver(t)
+	bad.Respond = testenv.Statuses(http.StatusBadRequest)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Stats", "uid": "stats"})
+	a.Must(http.StatusCreated, "POST", "/api/v1/app/stats/endpoint", map[string]any{"url": ok.URL, "uid": "ok"})
+	a.Must(http.StatusCreated, "POST", "/api/v1/app/stats/endpoint", map[string]any{"url": bad.URL, "uid": "bad"})
+	for i := range 3 {
+		a.Must(http.StatusAccepted, "POST", "/api/v1/app/stats/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"i": i}})
+	}
+	stats := func(ep string) map[string]any {
+		return a.Must(http.StatusOK, "GET", "/api/v1/app/stats/endpoint/"+ep+"/stats", nil)
+	}
+	testenv.Eventually(t, 10*time.Second, "3 successes and 3 fails", func() bool {
+		return stats("ok")["success"] == float64(3) && stats("bad")["fail"] == float64(3)
+	})
+	if s := stats("ok"); s["fail"] != float64(0) || s["pending"] != float64(0) {
+		t.Errorf("the healthy endpoint's stats: %v", s)
+	}
+	if st, out := a.Do("GET", "/api/v1/app/stats/endpoint/ok/stats?since=2020-01-01T00:00:00Z", nil); st != 422 {
+		t.Errorf("a range over 400 days: %d %v, want 422", st, out)
 	}
 }
