@@ -60,6 +60,25 @@ type APIKey struct {
 	ExpiresAt  time.Time // zero: never
 	RevokedAt  time.Time // zero: not revoked
 	LastUsedAt time.Time // zero: never used (written at most once a minute)
+	// Scope is "" for a tenant's own key, ScopePortal for a portal
+	// session's: that key cannot post events or manage keys and links.
+	Scope string
+}
+
+// ScopePortal marks the key a portal link is exchanged for.
+const ScopePortal = "portal"
+
+// PortalLink is a one-time sign-in to one tenant's dashboard: its token
+// (stored only as SHA-256) is exchanged once, before ExpiresAt, for a
+// portal-scoped key expiring with the link.
+type PortalLink struct {
+	ID        string
+	TenantID  string
+	Hash      string // hex SHA-256 of the token
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    time.Time // zero: not exchanged yet
+	KeyID     string    // the key it was exchanged for
 }
 
 // Live reports whether the key may be used at now: not revoked, not expired.
@@ -182,14 +201,17 @@ type Delivery struct {
 	AttemptCount   int // attempts ever made
 	// RoundStart is AttemptCount when the current round of retries began
 	// (0, or the count at the last replay); AttemptCount-RoundStart indexes the schedule.
-	RoundStart    int
-	NextAttemptAt time.Time
-	LastStatus    int
-	LastError     string
-	OrderingKey   string // the event's, denormalised: ordered lines are per key
-	Sequence      int64  // per (subscription, ordering key); 0 when not ordered
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	RoundStart int
+	// RoundStartedAt is when the current round began: CreatedAt, or the
+	// last replay. Read by DeliveryGet only (a list does not need it).
+	RoundStartedAt time.Time
+	NextAttemptAt  time.Time
+	LastStatus     int
+	LastError      string
+	OrderingKey    string // the event's, denormalised: ordered lines are per key
+	Sequence       int64  // per (subscription, ordering key); 0 when not ordered
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 type Attempt struct {
@@ -200,6 +222,9 @@ type Attempt struct {
 	StatusCode int    // 0 when no HTTP answer
 	Error      string // empty on an HTTP answer
 	Response   string // first MaxResponseHead bytes of the answer body
+	// ResponseHeaders are the answer's headers, one "Name: value" a line,
+	// by name, whole lines up to MaxResponseHead bytes.
+	ResponseHeaders string
 }
 
 // Job is what the dispatcher needs to send one delivery.

@@ -242,7 +242,7 @@ func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) resu
 	r.SubscriptionID = sub.ID
 	r.Attempt = core.Attempt{
 		DeliveryID: dl.ID, N: n, StartedAt: out.StartedAt, Duration: out.Duration,
-		StatusCode: out.StatusCode, Error: out.Err, Response: out.Response,
+		StatusCode: out.StatusCode, Error: out.Err, Response: out.Response, ResponseHeaders: out.ResponseHeaders,
 	}
 	r.Now = out.StartedAt.Add(out.Duration)
 	switch out.Class {

@@ -29,14 +29,32 @@ type outcome struct {
 type subHealth struct {
 	ring [healthRing]outcome
 	n    int // outcomes recorded ever; ring holds the last healthRing
+	// minutes counts every outcome of the last hour by minute (slot: unix
+	// minute mod 60), however many: the ring holds only the last 200.
+	minutes [60]minuteCount
 	// reportedAt is when the subscription was last reported failing
 	// (Config.Failing).
 	reportedAt time.Time
 }
 
+type minuteCount struct {
+	minute     int64 // unix minute the counts are of
+	ok, failed uint32
+}
+
 func (s *subHealth) add(now time.Time, out send.Outcome) {
 	s.ring[s.n%healthRing] = outcome{at: now, ok: out.Class == send.Delivered, status: out.StatusCode}
 	s.n++
+	m := now.Unix() / 60
+	c := &s.minutes[m%60]
+	if c.minute != m {
+		*c = minuteCount{minute: m}
+	}
+	if out.Class == send.Delivered {
+		c.ok++
+	} else {
+		c.failed++
+	}
 }
 
 // latest is when the newest outcome was recorded.
@@ -64,6 +82,18 @@ type Health struct {
 	// status: the endpoint answers, but rejects us (a signature check, auth).
 	ConfigError bool
 	ConfigCode  int
+	// EndpointRetryAt and HostRetryAt are when an open circuit lets its
+	// probe through; zero unless that circuit is open.
+	EndpointRetryAt, HostRetryAt time.Time
+	// Minutes are this node's attempts of the last hour, a minute each,
+	// oldest first; nil when it made none.
+	Minutes []Minute
+}
+
+// Minute counts one minute's attempts.
+type Minute struct {
+	Start             time.Time
+	Delivered, Failed int
 }
 
 // Health reports a subscription's circuits, pause and recent outcomes.
@@ -77,10 +107,16 @@ func (d *Dispatcher) Health(hostName, subID string) Health {
 	if h := d.hosts[hostName]; h != nil && !remote {
 		h.breaker.admits(now) // an expired open period reads as half-open
 		hl.HostCircuit = h.breaker.state.String()
+		if h.breaker.state == open {
+			hl.HostRetryAt = h.breaker.retryAt
+		}
 		paused := h.pauseUntil
 		if l := h.lanes[subID]; l != nil {
 			l.breaker.admits(now)
 			hl.EndpointCircuit = l.breaker.state.String()
+			if l.breaker.state == open {
+				hl.EndpointRetryAt = l.breaker.retryAt
+			}
 			if l.pauseUntil.After(paused) {
 				paused = l.pauseUntil
 			}
@@ -138,6 +174,17 @@ func (d *Dispatcher) recentLocked(hl *Health, subID string, now time.Time) {
 	if total > 0 {
 		r := float64(ok) / float64(total)
 		hl.SuccessRate = &r
+	}
+	if last := s.latest(); now.Sub(last) <= healthWindow {
+		m := now.Unix() / 60
+		hl.Minutes = make([]Minute, 60)
+		for i := range hl.Minutes {
+			at := m - 59 + int64(i)
+			hl.Minutes[i].Start = time.Unix(at*60, 0)
+			if c := s.minutes[at%60]; c.minute == at {
+				hl.Minutes[i].Delivered, hl.Minutes[i].Failed = int(c.ok), int(c.failed)
+			}
+		}
 	}
 	for code, n := range failsBy {
 		if code >= 400 && code < 500 && fails >= configErrorMinFailures && float64(n) >= configErrorShare*float64(fails) {
@@ -213,10 +260,14 @@ func (d *Dispatcher) boardHealth(hl *Health, host, subID string, now time.Time) 
 		case c.Open:
 			state = halfOpen
 		}
+		var retryAt time.Time
+		if state == open {
+			retryAt = now.Add(c.RetryIn)
+		}
 		if c.Key == host {
-			hl.HostCircuit = state.String()
+			hl.HostCircuit, hl.HostRetryAt = state.String(), retryAt
 		} else {
-			hl.EndpointCircuit = state.String()
+			hl.EndpointCircuit, hl.EndpointRetryAt = state.String(), retryAt
 		}
 		if until := now.Add(c.PausedFor); c.PausedFor > 0 && until.After(hl.PausedUntil) {
 			hl.PausedUntil = until

@@ -789,3 +789,49 @@ func TestSimDisablingAGoneEndpointStallsNoOne(t *testing.T) {
 		s.stop()
 	})
 }
+
+// Health says until when an open circuit holds an endpoint, and counts the
+// last hour's attempts a minute each, all of them however many (the
+// success-rate ring keeps only 200).
+func TestSimHealthSaysRetryTimeAndCountsMinutes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, sub := s.endpoint("err", func(time.Time, int, string) reply { return reply{status: 500, latency: 10 * time.Millisecond} })
+		okEp, okSub := s.endpoint("ok", ok(10*time.Millisecond))
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.err", 200*time.Millisecond, 20*time.Minute)
+		s.traffic(&wg, "sim.ok", 100*time.Millisecond, 20*time.Minute)
+		wg.Wait()
+		time.Sleep(time.Second) // the last attempts land
+		now := time.Now()
+		h := s.d.Health(sub.Host, sub.ID)
+		switch h.EndpointCircuit {
+		case "open":
+			if !h.EndpointRetryAt.After(now) || h.EndpointRetryAt.After(now.Add(breakerMaxOpen*12/10)) {
+				t.Errorf("open circuit retries at %v, want after now (%v) and within the longest open period", h.EndpointRetryAt, now)
+			}
+		default:
+			if !h.EndpointRetryAt.IsZero() {
+				t.Errorf("%s circuit with a retry time %v", h.EndpointCircuit, h.EndpointRetryAt)
+			}
+		}
+		count := func(h Health) (delivered, failed int) {
+			if len(h.Minutes) != 60 || !h.Minutes[59].Start.Equal(now.Truncate(time.Minute)) {
+				t.Fatalf("%d minutes ending %v, want 60 ending at the current minute", len(h.Minutes), h.Minutes)
+			}
+			for _, m := range h.Minutes {
+				delivered += m.Delivered
+				failed += m.Failed
+			}
+			return delivered, failed
+		}
+		if d, f := count(h); d != 0 || f != len(ep.snapshot()) {
+			t.Errorf("failing endpoint: minutes count %d delivered, %d failed; it saw %d attempts, all failed", d, f, len(ep.snapshot()))
+		}
+		if d, f := count(s.d.Health(okSub.Host, okSub.ID)); f != 0 || d != len(okEp.snapshot()) || d <= healthRing {
+			t.Errorf("healthy endpoint: minutes count %d delivered, %d failed; it saw %d attempts (over the ring's %d)", d, f, len(okEp.snapshot()), healthRing)
+		}
+		s.stop()
+	})
+}

@@ -42,8 +42,10 @@ type Outcome struct {
 	Err        string // short and human; empty on an HTTP answer
 	StartedAt  time.Time
 	Duration   time.Duration
-	Response   string        // first core.MaxResponseHead bytes of the answer body, valid UTF-8
-	RetryAfter time.Duration // from a Retry-After header, capped at core.MaxRetryAfter; 0 if none
+	Response   string // first core.MaxResponseHead bytes of the answer body, valid UTF-8
+	// ResponseHeaders are the answer's headers as headerText writes them.
+	ResponseHeaders string
+	RetryAfter      time.Duration // from a Retry-After header, capped at core.MaxRetryAfter; 0 if none
 	// Conn: the attempt failed before a connection was made (DNS, refused,
 	// unreachable, TLS, a connect timeout, a reset while connecting). That
 	// is evidence about the host, shared by every endpoint on it; a timeout
@@ -106,4 +108,25 @@ func responseText(b []byte) string {
 		s = s[:len(s)-size]
 	}
 	return s
+}
+
+// headerText writes an answer's headers for people to read: one "Name:
+// value" a line (several values joined by ", "), by name, valid UTF-8,
+// whole lines up to core.MaxResponseHead bytes.
+func headerText(h http.Header) string {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, name := range names {
+		line := name + ": " + strings.Join(h[name], ", ") + "\n"
+		line = strings.ReplaceAll(strings.ToValidUTF8(line, "\uFFFD"), "\x00", "\uFFFD")
+		if b.Len()+len(line) > core.MaxResponseHead {
+			break
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }

@@ -167,6 +167,7 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	}
 	defer resp.Body.Close()
 	out.StatusCode = resp.StatusCode
+	out.ResponseHeaders = headerText(resp.Header)
 	out.Class = classify(resp.StatusCode, sub)
 	out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now.Add(time.Since(start)))
 	// The status is the answer; a body that stalls or breaks only shortens the head.
