@@ -3,11 +3,15 @@ package api
 import (
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"hookd/internal/audit"
 	"hookd/internal/core"
+	"hookd/internal/send"
 	"hookd/internal/store"
+	"hookd/webhook"
 )
 
 type deliveryJSON struct {
@@ -25,20 +29,39 @@ type deliveryJSON struct {
 	UpdatedAt      time.Time  `json:"updated_at"`
 }
 
-// deliveryDetailJSON is one delivery with every attempt (an empty list before the first).
+// deliveryDetailJSON is one delivery with every attempt (an empty list
+// before the first), and what is sent: the request as its last attempt
+// (or its first) carries it.
 type deliveryDetailJSON struct {
 	deliveryJSON
-	Attempts []attemptJSON `json:"attempts"`
+	// RoundStart counts the attempts made before the current round (the
+	// last replay's); ReplayedAt is that replay's time, null if none.
+	RoundStart int           `json:"round_start"`
+	ReplayedAt *time.Time    `json:"replayed_at"`
+	Request    requestJSON   `json:"request"`
+	Attempts   []attemptJSON `json:"attempts"`
 }
 
 type attemptJSON struct {
-	N          int       `json:"n"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
-	StatusCode *int      `json:"status_code"`
-	Error      string    `json:"error"`
-	Response   string    `json:"response"`
+	N               int               `json:"n"`
+	StartedAt       time.Time         `json:"started_at"`
+	DurationMS      int64             `json:"duration_ms"`
+	StatusCode      *int              `json:"status_code"`
+	Error           string            `json:"error"`
+	Response        string            `json:"response"`
+	ResponseHeaders map[string]string `json:"response_headers"`
 }
+
+// requestJSON is what hookd sends for a delivery: the headers (signatures
+// cut to their first characters: enough to match a receiver's log, never
+// a usable signature; endpoint header values redacted) and the body.
+type requestJSON struct {
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+// shownSignature is how much of a signature the request shows.
+const shownSignature = len("v1,") + 8
 
 func toDeliveryJSON(d core.Delivery) deliveryJSON {
 	return deliveryJSON{
@@ -54,7 +77,14 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
-	out := deliveryDetailJSON{deliveryJSON: toDeliveryJSON(d), Attempts: make([]attemptJSON, len(attempts))}
+	ev, _, err := s.Store.EventGet(r.Context(), p.scope(), d.EventID)
+	if err != nil {
+		return err
+	}
+	out := deliveryDetailJSON{deliveryJSON: toDeliveryJSON(d), RoundStart: d.RoundStart, Attempts: make([]attemptJSON, len(attempts))}
+	if d.RoundStartedAt.After(d.CreatedAt) {
+		out.ReplayedAt = optTime(d.RoundStartedAt)
+	}
 	for i, a := range attempts {
 		var code *int
 		if a.StatusCode != 0 {
@@ -62,10 +92,57 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request, p principal
 			code = &c
 		}
 		out.Attempts[i] = attemptJSON{N: a.N, StartedAt: a.StartedAt, DurationMS: a.Duration.Milliseconds(),
-			StatusCode: code, Error: a.Error, Response: a.Response}
+			StatusCode: code, Error: a.Error, Response: a.Response, ResponseHeaders: headerMap(a.ResponseHeaders)}
 	}
+	signedAt := time.Now()
+	if len(attempts) > 0 {
+		signedAt = attempts[len(attempts)-1].StartedAt
+	}
+	// A deleted subscription signs nothing more: its request shows no signature.
+	sub, err := s.Store.SubscriptionGet(r.Context(), "", d.SubscriptionID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	out.Request = s.request(sub, &core.Job{Delivery: d, Event: ev}, signedAt)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// request rebuilds what hookd sends for job at signedAt: the headers
+// send.Sender sets, in lower case as the Standard Webhooks spec writes
+// them, and the endpoint's own, redacted.
+func (s *Server) request(sub core.Subscription, job *core.Job, signedAt time.Time) requestJSON {
+	body := send.Body(job)
+	h := map[string]string{
+		"webhook-id":        job.Event.ID,
+		"webhook-timestamp": strconv.FormatInt(signedAt.Unix(), 10),
+		"content-type":      "application/json",
+		"user-agent":        "hookd/" + s.Version,
+	}
+	var sigs []string
+	if sub.ID != "" {
+		for _, secret := range sub.Secrets(signedAt) {
+			if sig, err := webhook.Sign(secret, job.Event.ID, signedAt, body); err == nil && len(sig) > shownSignature {
+				sigs = append(sigs, sig[:shownSignature]+"…")
+			}
+		}
+	}
+	h["webhook-signature"] = strings.Join(sigs, " ")
+	for name := range sub.Headers {
+		h[name] = Redacted
+	}
+	return requestJSON{Headers: h, Body: string(body)}
+}
+
+// headerMap reads headers as send writes them, one "Name: value" a line.
+func headerMap(text string) map[string]string {
+	h := map[string]string{}
+	for line := range strings.Lines(text) {
+		if name, value, ok := strings.Cut(strings.TrimSuffix(line, "\n"), ": "); ok {
+			h[name] = value
+		}
+	}
+	return h
 }
 
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, p principal) error {

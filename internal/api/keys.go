@@ -31,6 +31,8 @@ type keyJSON struct {
 	LastUsedAt *time.Time `json:"last_used_at"`
 	ExpiresAt  *time.Time `json:"expires_at"`
 	RevokedAt  *time.Time `json:"revoked_at"`
+	// Scope is tenant, or portal for a portal session's key.
+	Scope string `json:"scope"`
 }
 
 type createdKeyJSON struct {
@@ -43,8 +45,12 @@ type createdKeyJSON struct {
 }
 
 func toKeyJSON(k core.APIKey) keyJSON {
+	scope := "tenant"
+	if k.Scope != "" {
+		scope = k.Scope
+	}
 	return keyJSON{ID: k.ID, Name: k.Name, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
-		LastUsedAt: timeOrNull(k.LastUsedAt), ExpiresAt: timeOrNull(k.ExpiresAt), RevokedAt: timeOrNull(k.RevokedAt)}
+		LastUsedAt: timeOrNull(k.LastUsedAt), ExpiresAt: timeOrNull(k.ExpiresAt), RevokedAt: timeOrNull(k.RevokedAt), Scope: scope}
 }
 
 func timeOrNull(t time.Time) *time.Time {

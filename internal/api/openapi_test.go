@@ -44,6 +44,13 @@ var v1Routes = []string{
 	"GET /v1/tenants/{id}/keys",
 	"DELETE /v1/tenants/{id}/keys/{key_id}",
 	"GET /v1/audit",
+	"GET /v1/tenants",
+	"GET /v1/failing",
+	"GET /v1/events",
+	"GET /v1/deliveries",
+	"GET /v1/event-types",
+	"GET /v1/subscriptions/{id}/deliveries/count",
+	"POST /v1/tenants/{id}/portal-link",
 }
 
 // svixRoutes is every pattern svixRoutes registers under /api/v1 (the
@@ -93,6 +100,7 @@ var otherRoutes = []string{
 	"GET /readyz",
 	"GET /openapi.json",
 	"GET /metrics",
+	"POST /portal/session",
 }
 
 func allRoutes() []string {
@@ -265,7 +273,7 @@ func TestWrongMethodAnswers405(t *testing.T) {
 	}{
 		{http.MethodPut, "/v1/subscriptions/sub_x", "GET, PATCH, DELETE", 405},
 		{http.MethodGet, "/v1/deliveries/dlv_x/replay", "POST", 405},
-		{http.MethodDelete, "/v1/events", "POST", 405},
+		{http.MethodDelete, "/v1/events", "GET, POST", 405},
 		{http.MethodGet, "/v1/no-such-route", "", 404},
 	} {
 		rec := httptest.NewRecorder()

@@ -113,6 +113,10 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
+	if since.After(time.Now()) {
+		// A job from the future would find nothing and say "done, 0".
+		return errInvalid("since", "is in the future: no delivery was created after it yet")
+	}
 	var until time.Time
 	if req.Until != "" {
 		if until, err = parseTime("until", req.Until, errInvalid); err != nil {

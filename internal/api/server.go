@@ -69,6 +69,9 @@ type Config struct {
 	// Outage is told of every call the store failed with ErrUnavailable or
 	// ErrFull, and logs them (nil: they are answered, not logged).
 	Outage *outage.Tracker
+	// PublicURL is where people reach the dashboard, for portal links
+	// (e.g. https://hooks.example.com); "" takes the request's host.
+	PublicURL string
 }
 
 type Server struct {
@@ -139,6 +142,14 @@ func New(cfg Config) *Server {
 	s.route("GET /v1/tenants/{id}/keys", s.listKeys)
 	s.route("DELETE /v1/tenants/{id}/keys/{key_id}", s.revokeKey)
 	s.route("GET /v1/audit", s.listAudit)
+	s.route("GET /v1/tenants", s.listTenants)
+	s.route("GET /v1/failing", s.listFailing)
+	s.route("GET /v1/events", s.listEvents)
+	s.route("GET /v1/deliveries", s.listTenantDeliveries)
+	s.route("GET /v1/event-types", s.listEventTypes)
+	s.route("GET /v1/subscriptions/{id}/deliveries/count", s.countDeliveries)
+	s.route("POST /v1/tenants/{id}/portal-link", s.createPortalLink)
+	s.mux.HandleFunc("POST /portal/session", s.portalSession)
 	s.svixRoutes()
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {
@@ -180,11 +191,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// principal is who is calling: the admin, or one tenant's key.
+// principal is who is calling: the admin, or one tenant's key (a portal
+// session's, restricted: see portalDenied).
 type principal struct {
 	admin    bool
 	tenantID string
 	keyID    string
+	portal   bool
 }
 
 // actor names the principal in the audit log.
@@ -205,6 +218,9 @@ func (s *Server) route(pattern string, h handler) { s.routeCounted(pattern, h, n
 func (s *Server) routeCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+		if err == nil && p.portal && portalDenied[pattern] {
+			err = errPortalForbidden
+		}
 		if err == nil {
 			err = badText(r)
 		}
@@ -254,7 +270,7 @@ func (s *Server) authenticate(ctx context.Context, header string) (principal, er
 	if !ok { // unknown, revoked or expired
 		return principal{}, errUnauthorized
 	}
-	return principal{tenantID: key.TenantID, keyID: key.ID}, nil
+	return principal{tenantID: key.TenantID, keyID: key.ID, portal: key.Scope == core.ScopePortal}, nil
 }
 
 // HashKey is how API keys are stored: only their SHA-256.

@@ -240,6 +240,10 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
+	withHealth, err := parseInclude(q)
+	if err != nil {
+		return err
+	}
 	tenant, err := s.tenantFor(r.Context(), p, q.Get("tenant_id"))
 	if err != nil {
 		return err
@@ -250,7 +254,50 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
-	writePage(w, page, toSubscriptionJSON)
+	return s.writeSubscriptions(w, r, page, withHealth)
+}
+
+// subscriptionHealthJSON is a subscription with its health embedded
+// (?include=health): a list page in one request, not one per row.
+type subscriptionHealthJSON struct {
+	subscriptionJSON
+	Health *healthJSON `json:"health,omitempty"`
+}
+
+// parseInclude reads ?include=: health, or nothing.
+func parseInclude(q url.Values) (bool, error) {
+	switch v := q.Get("include"); v {
+	case "":
+		return false, nil
+	case "health":
+		return true, nil
+	}
+	return false, errBadRequest("include", "must be health (the only embeddable part)")
+}
+
+// writeSubscriptions answers a page of subscriptions, each with its health
+// when asked: its store counts for the whole page in one query.
+func (s *Server) writeSubscriptions(w http.ResponseWriter, r *http.Request, page store.Page[core.Subscription], withHealth bool) error {
+	var stats map[string]store.DeliveryStats
+	if withHealth {
+		ids := make([]string, len(page.Data))
+		for i, sub := range page.Data {
+			ids[i] = sub.ID
+		}
+		var err error
+		if stats, err = s.Store.DeliveryStatsList(r.Context(), "", ids); err != nil {
+			return err
+		}
+	}
+	now := time.Now()
+	writePage(w, page, func(sub core.Subscription) subscriptionHealthJSON {
+		out := subscriptionHealthJSON{subscriptionJSON: toSubscriptionJSON(sub)}
+		if withHealth {
+			h := s.health(sub, stats[sub.ID], now)
+			out.Health = &h
+		}
+		return out
+	})
 	return nil
 }
 

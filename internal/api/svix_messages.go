@@ -101,7 +101,12 @@ func (s *Server) svixListMessages(w http.ResponseWriter, r *http.Request, p prin
 	if err != nil {
 		return err
 	}
-	params := store.EventListParams{Cursor: eventID(iter), Limit: limit, Types: svixQueryList(r, "event_types")}
+	if iter != "" {
+		if _, _, err := store.ParseTimeCursor(iter, 1); err != nil {
+			return errQuery("iterator", "not an iterator this list gave")
+		}
+	}
+	params := store.EventListParams{Cursor: iter, Limit: limit, Types: svixQueryList(r, "event_types"), WithPayload: withContent(r)}
 	if params.Since, err = svixQueryTime(r, "after"); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"hookd/internal/audit"
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 var tenantIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -57,4 +58,29 @@ func NewToken(prefix string) string {
 	b := make([]byte, 32)
 	rand.Read(b)
 	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+type tenantJSON struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// listTenants pages every tenant by ID, for an operator (the dashboard's
+// tenant switcher).
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request, p principal) error {
+	if !p.admin {
+		return errForbidden
+	}
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	page, err := s.Store.TenantList(r.Context(), store.TenantListParams{Cursor: q.Get("cursor"), Limit: limit})
+	if err != nil {
+		return err
+	}
+	writePage(w, page, func(t core.Tenant) tenantJSON { return tenantJSON{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt} })
+	return nil
 }

@@ -18,8 +18,9 @@ import (
 
 // Actors other than a tenant key (which acts under its own key ID).
 const (
-	ActorAdmin = "admin" // the admin token
-	ActorHookd = "hookd" // hookd itself, e.g. disabling after a 410
+	ActorAdmin  = "admin"  // the admin token
+	ActorHookd  = "hookd"  // hookd itself, e.g. disabling after a 410
+	ActorPortal = "portal" // a portal link's holder, exchanging it for a session
 )
 
 // Actions, as stored and as filtered on in GET /v1/audit.
@@ -39,6 +40,8 @@ const (
 	ReplayDelivery           = "replay.delivery"
 	ReplaySubscription       = "replay.subscription"
 	ReplayCancel             = "replay.cancel"
+	PortalLink               = "portal.link"    // a portal link made
+	PortalSession            = "portal.session" // a portal link exchanged for a session key
 )
 
 // Actions is every action there is.
@@ -47,6 +50,7 @@ var Actions = []string{
 	SubscriptionCreate, SubscriptionUpdate, SubscriptionPause, SubscriptionResume,
 	SubscriptionDisable, SubscriptionDelete, SubscriptionRotateSecret,
 	ReplayDelivery, ReplaySubscription, ReplayCancel,
+	PortalLink, PortalSession,
 }
 
 // Known reports whether action is one of Actions.

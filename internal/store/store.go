@@ -38,7 +38,8 @@ var (
 //
 // The audit log: TenantCreate, TenantUpdate, TenantDelete, APIKeyCreate, APIKeyRevoke,
 // SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
-// DeliveryReplay, ReplayJobCreate and ReplayJobCancel write the entry their context carries
+// DeliveryReplay, ReplayJobCreate, ReplayJobCancel, PortalLinkCreate and
+// PortalLinkRedeem write the entry their context carries
 // (audit.Record) in the change's own transaction, with TenantID set to the
 // tenant of the row changed: no change commits without its entry, and a
 // change that fails writes none.
@@ -68,6 +69,17 @@ type Store interface {
 	// last_used_at becomes the later of its value and the time given.
 	// Unknown IDs are ignored.
 	APIKeysTouch(ctx context.Context, used map[string]time.Time) error
+	// PortalLinkCreate inserts a portal link of an existing tenant (and
+	// drops the tenant's links that expired over a day ago). ErrNotFound if
+	// the tenant is absent.
+	PortalLinkCreate(ctx context.Context, l core.PortalLink) error
+	// PortalLinkRedeem exchanges the link whose token hashes to hash for
+	// key, in ONE transaction: only if the link is unused and unexpired at
+	// now, it is marked used and key inserted for its tenant, scoped
+	// ScopePortal, expiring with the link. The store decides, so a second
+	// use fails on any node. Returns the key as written; ErrNotFound if
+	// there is no such link, or it was used or has expired.
+	PortalLinkRedeem(ctx context.Context, hash string, now time.Time, key core.APIKey) (core.APIKey, error)
 	// AuditList pages audit entries newest first (by ID descending).
 	AuditList(ctx context.Context, p AuditListParams) (Page[core.AuditEntry], error)
 
@@ -75,7 +87,8 @@ type Store interface {
 	SubscriptionCreate(ctx context.Context, s core.Subscription) error
 	// SubscriptionGet returns a live (not deleted) subscription. ErrNotFound otherwise.
 	SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error)
-	// SubscriptionList pages live subscriptions of one tenant by ID ascending.
+	// SubscriptionList pages live subscriptions of one tenant (or, with
+	// TenantID "", of all) by ID ascending.
 	SubscriptionList(ctx context.Context, p SubscriptionListParams) (Page[core.Subscription], error)
 	// SubscriptionListAll returns every live subscription of every tenant: the
 	// matching index is built from it at start.
@@ -128,11 +141,34 @@ type Store interface {
 	EventInsertBatch(ctx context.Context, batch []EventInsert) ([]EventInsertResult, error)
 	// EventGet returns an event and its deliveries (oldest first). ErrNotFound if absent.
 	EventGet(ctx context.Context, tenantID, id string) (core.Event, []core.Delivery, error)
+	// EventList pages one tenant's events newest first (by created_at,
+	// then ID; cursors are TimeCursor with the ID), with their payloads
+	// only if p.WithPayload, walking an index of the tenant's events by
+	// time (of one type by time, with one of Types).
+	EventList(ctx context.Context, p EventListParams) (Page[core.Event], error)
+	// EventTypesSent returns the distinct types of one tenant's events
+	// after after, ascending, at most limit: one index seek each, however
+	// many events there are.
+	EventTypesSent(ctx context.Context, tenantID, after string, limit int) ([]string, error)
 
 	// DeliveryGet returns a delivery and its attempts (by N). ErrNotFound if absent.
 	DeliveryGet(ctx context.Context, tenantID, id string) (core.Delivery, []core.Attempt, error)
 	// DeliveryList pages one subscription's deliveries, newest (highest ID) first.
 	DeliveryList(ctx context.Context, p DeliveryListParams) (Page[core.Delivery], error)
+	// DeliveryListTenant pages the deliveries of tenant p.TenantID (which
+	// must be set; p.SubscriptionID filters if set) newest first: by their
+	// event's creation time and ID, then subscription ID (cursors are
+	// TimeCursor with those two IDs). It walks the tenant's events by time
+	// (EventList's index; with EventType, the type's) and each one's
+	// deliveries, so deliveries need no index of their own, which every
+	// result write would pay for: the time range bounds the walk, the
+	// other filters are read along it. Since and Until are on the event's
+	// creation time, which is its deliveries'.
+	DeliveryListTenant(ctx context.Context, p DeliveryListParams) (Page[core.Delivery], error)
+	// DeliveryCount counts a live subscription's deliveries matching p, up
+	// to p.Max (more answers p.Max). ErrNotFound if the subscription is
+	// absent, deleted or another tenant's.
+	DeliveryCount(ctx context.Context, p DeliveryCountParams) (int, error)
 	// DeliveryReplay puts a delivered, failed or skipped delivery back to
 	// pending, due at now, starting a new round of retries
 	// (RoundStart = AttemptCount). ErrNotFound if absent; ErrConflict if it is
@@ -220,6 +256,10 @@ type Store interface {
 	// deliveries (within retention) with the oldest of each. ErrNotFound if
 	// absent, deleted or another tenant's.
 	DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (DeliveryStats, error)
+	// DeliveryStatsList is DeliveryStats for many subscriptions in one
+	// query (a page of a list); those absent, deleted or another tenant's
+	// are left out of the answer.
+	DeliveryStatsList(ctx context.Context, tenantID string, subscriptionIDs []string) (map[string]DeliveryStats, error)
 	// HealthPing checks the database answers a read: cheap, for a periodic
 	// check while all is well. ErrUnavailable if it does not.
 	HealthPing(ctx context.Context) error
@@ -281,8 +321,6 @@ type Store interface {
 	// SubscriptionByUID returns the tenant's live subscription whose UID is
 	// uid. ErrNotFound if none.
 	SubscriptionByUID(ctx context.Context, tenantID, uid string) (core.Subscription, error)
-	// EventList pages one tenant's events, newest (highest ID) first.
-	EventList(ctx context.Context, p EventListParams) (Page[core.Event], error)
 	// AttemptList pages the attempts of one subscription's or one event's
 	// deliveries (either or both given), newest first, each with its
 	// delivery.
@@ -304,14 +342,6 @@ type Store interface {
 type TenantListParams struct {
 	Cursor string
 	Limit  int
-}
-
-type EventListParams struct {
-	TenantID     string
-	Types        []string  // exact; empty: any
-	Since, Until time.Time // on created_at: Since <= t < Until; zero: unbounded
-	Cursor       string
-	Limit        int
 }
 
 type AttemptListParams struct {
@@ -377,9 +407,12 @@ type Page[T any] struct {
 }
 
 type SubscriptionListParams struct {
-	TenantID string
+	TenantID string // "" for any
 	Cursor   string // from a previous page's NextCursor
 	Limit    int
+	// Failing keeps only those failing now (failing_since set), read from
+	// an index of them alone.
+	Failing bool
 }
 
 type APIKeyListParams struct {
@@ -401,6 +434,7 @@ type DeliveryListParams struct {
 	SubscriptionID string
 	State          core.DeliveryState // "" for any
 	EventType      string             // exact; "" for any
+	Status         int                // last_status; 0 for any (DeliveryListTenant only)
 	Since, Until   time.Time          // on created_at: Since <= t < Until; zero: unbounded
 	Cursor         string
 	Limit          int
@@ -411,6 +445,41 @@ type ReplayJobListParams struct {
 	SubscriptionID string
 	Cursor         string
 	Limit          int
+}
+
+type EventListParams struct {
+	TenantID       string
+	Types          []string  // exact; empty for any
+	IdempotencyKey string    // "" for any
+	Since, Until   time.Time // on created_at: Since <= t < Until; zero: unbounded
+	Cursor         string    // a TimeCursor
+	Limit          int
+	WithPayload    bool
+}
+
+type DeliveryCountParams struct {
+	TenantID       string // "" for any
+	SubscriptionID string
+	States         []core.DeliveryState // at least one
+	EventTypes     []string             // exact; empty for any
+	Since, Until   time.Time            // on created_at: Since <= t < Until; zero: unbounded
+	Max            int                  // counting stops there
+}
+
+// TimeCursor is the cursor of a list newest first: the last row's
+// creation time and the keys that order the rows of one time.
+func TimeCursor(t time.Time, keys ...string) string {
+	return t.UTC().Format(time.RFC3339Nano) + "," + strings.Join(keys, ",")
+}
+
+// ParseTimeCursor reads a TimeCursor of n keys.
+func ParseTimeCursor(c string, n int) (time.Time, []string, error) {
+	parts := strings.Split(c, ",")
+	t, err := time.Parse(time.RFC3339Nano, parts[0])
+	if err != nil || len(parts) != n+1 || slices.Contains(parts[1:], "") {
+		return time.Time{}, nil, errors.New("not a cursor this list gave")
+	}
+	return t, parts[1:], nil
 }
 
 type DeliveryDueParams struct {
@@ -432,7 +501,26 @@ type DeliveryStats struct {
 	Failed          int
 	OldestFailedAt  time.Time // created_at of the oldest failed delivery; zero if none
 	FailingSince    time.Time // every attempt since has failed; zero if the last succeeded
+	// NextAttemptAt is the earliest next_attempt_at of its pending
+	// deliveries (zero if none): when the schedule next tries it.
+	NextAttemptAt time.Time
+	// LastFailure is its last failed attempt (zero At: none yet), kept by
+	// the result writes with FailingSince; it stays after a success.
+	LastFailure Failure
 }
+
+// Failure is what a subscription's last failed attempt showed.
+type Failure struct {
+	At       time.Time
+	Status   int    // 0: no HTTP answer
+	Error    string // why there was no answer
+	Response string // the first MaxFailureHead bytes of the answer body
+}
+
+// MaxFailureHead bounds the answer kept with a subscription's last
+// failure: enough to recognise it ("<html>… 502 Bad Gateway"), small
+// enough for a row written on every failing batch.
+const MaxFailureHead = 256
 
 // FailingSubscription is a subscription whose attempts fail, and since when.
 type FailingSubscription struct {
@@ -662,6 +750,8 @@ type Outcome struct {
 	SubscriptionID            string
 	LastSuccess               time.Time // zero: none in the batch
 	FirstFailure, LastFailure time.Time // the failures after LastSuccess; zero: none
+	// Last is the attempt at LastFailure (its Response cut to MaxFailureHead).
+	Last Failure
 }
 
 // Outcomes sums a batch of results by subscription, for failing_since.
@@ -687,6 +777,8 @@ func Outcomes(rs []AttemptResult) []Outcome {
 		}
 		if at.After(o.LastFailure) {
 			o.LastFailure = at
+			a := r.Attempt
+			o.Last = Failure{At: at, Status: a.StatusCode, Error: a.Error, Response: head(a.Response, MaxFailureHead)}
 		}
 	}
 	out := make([]Outcome, 0, len(by))
@@ -695,4 +787,12 @@ func Outcomes(rs []AttemptResult) []Outcome {
 	}
 	slices.SortFunc(out, func(a, b Outcome) int { return strings.Compare(a.SubscriptionID, b.SubscriptionID) })
 	return out
+}
+
+// head cuts s to at most n bytes on a rune boundary.
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }

@@ -18,17 +18,20 @@ func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Deli
 	as := []core.Attempt{}
 	err := s.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		d, err = scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM deliveries
-			WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`, id, tenantID))
+		var roundStarted pgtype.Timestamptz
+		d, err = scanDelivery(withExtra(tx.QueryRow(ctx, `SELECT `+deliveryColumns+`, round_started_at FROM deliveries
+			WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`, id, tenantID), &roundStarted))
 		if err != nil {
 			return err
 		}
-		rows, _ := tx.Query(ctx, `SELECT delivery_id, n, started_at, duration_ns, status_code, error, response
-			FROM attempts WHERE delivery_id = $1 ORDER BY n`, id)
+		d.RoundStartedAt = tm(roundStarted)
+		rows, _ := tx.Query(ctx, `SELECT delivery_id, n, started_at, duration_ns, status_code, error, response,
+			response_headers FROM attempts WHERE delivery_id = $1 ORDER BY n`, id)
 		var a core.Attempt
 		var started pgtype.Timestamptz
 		var dur int64
-		_, err = pgx.ForEachRow(rows, []any{&a.DeliveryID, &a.N, &started, &dur, &a.StatusCode, &a.Error, &a.Response}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&a.DeliveryID, &a.N, &started, &dur, &a.StatusCode, &a.Error, &a.Response,
+			&a.ResponseHeaders}, func() error {
 			a.StartedAt, a.Duration = tm(started), time.Duration(dur)
 			as = append(as, a)
 			return nil
@@ -40,6 +43,16 @@ func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Deli
 	}
 	return d, as, nil
 }
+
+// withExtra scans row's columns after those given into extra.
+func withExtra(row pgx.Row, extra ...any) pgx.Row { return extraRow{row, extra} }
+
+type extraRow struct {
+	pgx.Row
+	extra []any
+}
+
+func (e extraRow) Scan(dest ...any) error { return e.Row.Scan(append(dest, e.extra...)...) }
 
 func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
 	limit := store.PageLimit(p.Limit)
@@ -283,22 +296,57 @@ func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutof
 	}
 }
 
-func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
+// statsColumns are DeliveryStats' columns of subscription s: each count
+// and oldest reads a partial pending or failed index.
+const statsColumns = `s.id, s.failing_since,
+	(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT min(next_attempt_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
+	(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
+	s.last_failure_at, s.last_failure_status, s.last_failure_error, s.last_failure_response`
+
+func scanStats(row pgx.Row) (string, store.DeliveryStats, error) {
 	var st store.DeliveryStats
-	var oldestPending, oldestFailed, failingSince pgtype.Timestamptz
-	err := s.pool.QueryRow(ctx, `SELECT s.failing_since,
-		(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
-		(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
-		(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
-		(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'failed')
+	var id string
+	var oldestPending, nextAttempt, oldestFailed, failingSince, lastFailure pgtype.Timestamptz
+	err := row.Scan(&id, &failingSince, &st.Pending, &oldestPending, &nextAttempt, &st.Failed, &oldestFailed,
+		&lastFailure, &st.LastFailure.Status, &st.LastFailure.Error, &st.LastFailure.Response)
+	st.OldestPendingAt, st.NextAttemptAt, st.OldestFailedAt = tm(oldestPending), tm(nextAttempt), tm(oldestFailed)
+	st.FailingSince, st.LastFailure.At = tm(failingSince), tm(lastFailure)
+	return id, st, err
+}
+
+func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
+	_, st, err := scanStats(s.pool.QueryRow(ctx, `SELECT `+statsColumns+`
 		FROM subscriptions s WHERE s.id = $1 AND s.deleted_at IS NULL AND ($2 = '' OR s.tenant_id = $2)`,
-		subscriptionID, tenantID).Scan(&failingSince, &st.Pending, &oldestPending, &st.Failed, &oldestFailed)
+		subscriptionID, tenantID))
 	if err != nil {
-		return st, mapErr(err)
+		return store.DeliveryStats{}, mapErr(err)
 	}
-	st.OldestPendingAt, st.OldestFailedAt = tm(oldestPending), tm(oldestFailed)
-	st.FailingSince = tm(failingSince)
 	return st, nil
+}
+
+func (s *Store) DeliveryStatsList(ctx context.Context, tenantID string, ids []string) (map[string]store.DeliveryStats, error) {
+	out := make(map[string]store.DeliveryStats, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+statsColumns+`
+		FROM subscriptions s WHERE s.id = ANY($1) AND s.deleted_at IS NULL AND ($2 = '' OR s.tenant_id = $2)`,
+		ids, tenantID)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		id, st, err := scanStats(rows)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		out[id] = st
+	}
+	return out, mapErr(rows.Err())
 }
 
 // recordFailingSQL keeps each subscription's failing_since and
@@ -310,9 +358,16 @@ const recordFailingSQL = `UPDATE subscriptions s SET
 			WHEN v.ok_at IS NOT NULL THEN v.first_fail
 			WHEN s.failing_since IS NULL OR s.last_failure_at < v.first_fail - interval '1 day' THEN v.first_fail
 			ELSE s.failing_since END,
+		last_failure_status = CASE WHEN v.last_fail > coalesce(s.last_failure_at, '-infinity') THEN v.status
+			ELSE s.last_failure_status END,
+		last_failure_error = CASE WHEN v.last_fail > coalesce(s.last_failure_at, '-infinity') THEN v.error
+			ELSE s.last_failure_error END,
+		last_failure_response = CASE WHEN v.last_fail > coalesce(s.last_failure_at, '-infinity') THEN v.response
+			ELSE s.last_failure_response END,
 		last_failure_at = CASE WHEN v.last_fail IS NULL THEN s.last_failure_at
 			ELSE greatest(s.last_failure_at, v.last_fail) END
-	FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS v(id, ok_at, first_fail, last_fail)
+	FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[], $5::int[], $6::text[], $7::text[])
+		AS v(id, ok_at, first_fail, last_fail, status, error, response)
 	WHERE s.id = v.id AND (s.failing_since IS NOT NULL OR v.last_fail IS NOT NULL)`
 
 const (
@@ -322,15 +377,15 @@ const (
 	// row at most once, so each delivery appears once per call.
 	recordMovedSQL = `WITH r AS (
 			SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
-				$7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[])
-				AS r(id, n, status, error, state, next, now, started, dur, response)),
+				$7::timestamptz[], $8::timestamptz[], $9::bigint[], $10::text[], $11::text[])
+				AS r(id, n, status, error, state, next, now, started, dur, response, headers)),
 		moved AS (
 			UPDATE deliveries d SET attempt_count = r.n, last_status = r.status, last_error = r.error,
 				state = r.state, next_attempt_at = r.next, updated_at = r.now
 			FROM r WHERE d.id = r.id AND d.state = 'pending' AND d.attempt_count < r.n
 			RETURNING d.id)
-		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
-		SELECT r.id, r.n, r.started, r.dur, r.status, r.error, r.response FROM r JOIN moved USING (id)
+		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response, response_headers)
+		SELECT r.id, r.n, r.started, r.dur, r.status, r.error, r.response, r.headers FROM r JOIN moved USING (id)
 		ON CONFLICT (delivery_id, n) DO NOTHING`
 	// recordOvertakenSQL runs after recordMovedSQL, when some result of the
 	// call did not record its attempt, on every result of the call: those
@@ -342,8 +397,8 @@ const (
 	// attempt_count), and a delivery retention removed is skipped.
 	recordOvertakenSQL = `WITH r AS (
 			SELECT r.*, row_number() OVER (PARTITION BY r.id ORDER BY r.ord) AS k
-			FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::text[], $6::text[])
-				WITH ORDINALITY AS r(id, started, dur, status, error, response, ord)
+			FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::text[])
+				WITH ORDINALITY AS r(id, started, dur, status, error, response, headers, ord)
 			WHERE NOT EXISTS (SELECT 1 FROM attempts a
 				WHERE a.delivery_id = r.id AND a.started_at = r.started AND a.duration_ns = r.dur)),
 		c AS (SELECT id, count(*) AS k FROM r GROUP BY id),
@@ -352,8 +407,8 @@ const (
 				coalesce((SELECT max(a.n) FROM attempts a WHERE a.delivery_id = d.id), 0)) + c.k
 			FROM c WHERE d.id = c.id
 			RETURNING d.id, d.attempt_count - c.k AS top)
-		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
-		SELECT r.id, b.top + r.k, r.started, r.dur, r.status, r.error, r.response FROM r JOIN bumped b USING (id)`
+		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response, response_headers)
+		SELECT r.id, b.top + r.k, r.started, r.dur, r.status, r.error, r.response, r.headers FROM r JOIN bumped b USING (id)`
 )
 
 // DeliveryRecordResults sends one recordMovedSQL per occurrence of a
@@ -378,23 +433,26 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 	for _, round := range rounds {
 		m := len(round)
 		ids, states, errs, resps := make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+		headers := make([]string, m)
 		ns, codes, durs := make([]int32, m), make([]int32, m), make([]int64, m)
 		next, now, started := make([]pgtype.Timestamptz, m), make([]time.Time, m), make([]time.Time, m)
 		for i, r := range round {
 			a := r.Attempt
 			ids[i], ns[i], codes[i], errs[i] = a.DeliveryID, int32(a.N), int32(a.StatusCode), a.Error
 			states[i], next[i], now[i] = string(r.State), ts(r.NextAttemptAt), r.Now
-			started[i], durs[i], resps[i] = a.StartedAt, int64(a.Duration), a.Response
+			started[i], durs[i], resps[i], headers[i] = a.StartedAt, int64(a.Duration), a.Response, a.ResponseHeaders
 		}
-		b.Queue(recordMovedSQL, ids, ns, codes, errs, states, next, now, started, durs, resps)
+		b.Queue(recordMovedSQL, ids, ns, codes, errs, states, next, now, started, durs, resps, headers)
 	}
 	outs := store.Outcomes(rs)
 	subIDs := make([]string, len(outs))
 	okAt, firstFail, lastFail := make([]pgtype.Timestamptz, len(outs)), make([]pgtype.Timestamptz, len(outs)), make([]pgtype.Timestamptz, len(outs))
+	failStatus, failErr, failResp := make([]int32, len(outs)), make([]string, len(outs)), make([]string, len(outs))
 	for i, o := range outs {
 		subIDs[i], okAt[i], firstFail[i], lastFail[i] = o.SubscriptionID, ts(o.LastSuccess), ts(o.FirstFailure), ts(o.LastFailure)
+		failStatus[i], failErr[i], failResp[i] = int32(o.Last.Status), o.Last.Error, o.Last.Response
 	}
-	b.Queue(recordFailingSQL, subIDs, okAt, firstFail, lastFail)
+	b.Queue(recordFailingSQL, subIDs, okAt, firstFail, lastFail, failStatus, failErr, failResp)
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		br := tx.SendBatch(ctx, b)
 		var recorded int64
@@ -417,14 +475,14 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 			return nil
 		}
 		n := len(rs)
-		ids, errs, resps := make([]string, n), make([]string, n), make([]string, n)
+		ids, errs, resps, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		codes, durs, started := make([]int32, n), make([]int64, n), make([]time.Time, n)
 		for i, r := range rs {
 			a := r.Attempt
 			ids[i], started[i], durs[i] = a.DeliveryID, a.StartedAt, int64(a.Duration)
-			codes[i], errs[i], resps[i] = int32(a.StatusCode), a.Error, a.Response
+			codes[i], errs[i], resps[i], headers[i] = int32(a.StatusCode), a.Error, a.Response, a.ResponseHeaders
 		}
-		_, err := tx.Exec(ctx, recordOvertakenSQL, ids, started, durs, codes, errs, resps)
+		_, err := tx.Exec(ctx, recordOvertakenSQL, ids, started, durs, codes, errs, resps, headers)
 		return err
 	}))
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,102 @@ func TestStatsQueriesUseIndexes(t *testing.T) {
 				strings.Contains(pl, "Seq Scan on attempts") || (i == 1 && !strings.Contains(pl, "attempts_pkey")) {
 				t.Errorf("%s, query %d: want deliveries_subscription_created (and attempts_pkey) and no scan of either table; plan:\n%s", name, i, pl)
 			}
+		}
+	}
+}
+
+// fullSort matches a plan's sort node, not an incremental one.
+var fullSort = regexp.MustCompile(`(?m)(^|->)\s*Sort\s+\(`)
+
+// The dashboard's lists read their own indexes: never a scan of
+// deliveries; and a big tenant's newest page is read backwards from the
+// newest, never sorted out of its whole history.
+func TestLogQueriesUseTheirIndexes(t *testing.T) {
+	s := openURL(t, testenv.PostgresSchema(t))
+	ctx := t.Context()
+	sub := activeSub(t, s, "h.example:443")
+	// One big tenant among 50, as the planner will meet them.
+	for _, q := range []string{
+		`INSERT INTO events (id, tenant_id, type, payload, idempotency_key, created_at)
+			SELECT 'evt_' || lpad(g::text, 10, '0'), CASE WHEN g % 4 = 0 THEN 'ten' || (g % 50) ELSE 'big' END,
+				'type.' || (g % 7), '{}', CASE WHEN g % 3 = 0 THEN 'key' || g ELSE '' END, now() - g * interval '1 second'
+			FROM generate_series(1, 40000) g`,
+		`INSERT INTO deliveries (id, event_id, subscription_id, tenant_id, event_type, host, shard, state,
+				round_started_at, next_attempt_at, last_status, created_at, updated_at)
+			SELECT 'dlv_' || substr(e.id, 5), e.id, '` + sub.ID + `', e.tenant_id, e.type, 'h.example:443', 1,
+				CASE WHEN n.g % 10 = 0 THEN 'failed' ELSE 'delivered' END, e.created_at, NULL,
+				CASE WHEN n.g % 10 = 0 THEN 500 ELSE 200 END, e.created_at, e.created_at
+			FROM events e, LATERAL (SELECT substr(e.id, 5)::int AS g) n`,
+		`INSERT INTO subscriptions (id, tenant_id, url, host, secret, state, created_at, updated_at, failing_since)
+			SELECT 'sub_' || lpad(g::text, 10, '0'), 'default', 'https://h.example/', 'h.example:443', '', 'active', now(), now(),
+				CASE WHEN g % 500 = 0 THEN now() END
+			FROM generate_series(1, 5000) g`,
+		`ANALYZE`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	cur, dcur := store.TimeCursor(now.Add(-time.Hour), "evt_x"), store.TimeCursor(now.Add(-time.Hour), "evt_x", "sub_x")
+	for name, c := range map[string]struct {
+		index  string
+		sorted bool // read in order: no sort
+		q      func() (query, error)
+	}{
+		"events": {"events_tenant_time", true, func() (query, error) { return eventListQuery(store.EventListParams{TenantID: "big", Cursor: cur}) }},
+		"events in a time": {"", false, func() (query, error) {
+			return eventListQuery(store.EventListParams{TenantID: "ten3", Since: now.Add(-2 * time.Hour), Until: now})
+		}},
+		"events of a type": {"events_tenant_type", true, func() (query, error) {
+			return eventListQuery(store.EventListParams{TenantID: "big", Types: []string{"type.3"}, Cursor: cur})
+		}},
+		"event by key": {"events_idempotency", false, func() (query, error) {
+			return eventListQuery(store.EventListParams{TenantID: "big", IdempotencyKey: "key3"})
+		}},
+		// Read backwards by an index of events by time (the tenant's, or
+		// all tenants' when this one makes most of them).
+		"deliveries": {"Index Scan Backward using events_", true, func() (query, error) {
+			return deliveryListTenantQuery(store.DeliveryListParams{TenantID: "big", Cursor: dcur})
+		}},
+		// Rare states may be found from deliveries' own partial index: the
+		// planner's choice, as long as deliveries are not read whole.
+		"failed deliveries": {"Index", false, func() (query, error) {
+			return deliveryListTenantQuery(store.DeliveryListParams{TenantID: "big", State: "failed", Status: 500, Cursor: dcur})
+		}},
+		"deliveries of a type": {"events_tenant_type", true, func() (query, error) {
+			return deliveryListTenantQuery(store.DeliveryListParams{TenantID: "big", EventType: "type.3", Cursor: dcur})
+		}},
+		"event types": {"events_tenant_type", false, func() (query, error) { return query{sql: eventTypesQuery, args: []any{"big", "", 10}}, nil }},
+		"failing": {"subscriptions_failing", false, func() (query, error) {
+			return query{sql: subscriptionListQuery(true), args: []any{"", "", 10}}, nil
+		}},
+	} {
+		q, err := c.q()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := s.pool.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		p := strings.Join(plan, "\n")
+		// An incremental sort of one event's deliveries (its fan-out) is
+		// no sort of the log.
+		if !strings.Contains(p, c.index) || !strings.Contains(p, "Index") || strings.Contains(p, "Seq Scan on deliveries") ||
+			(c.sorted && (strings.Contains(p, "Seq Scan") || fullSort.MatchString(p))) {
+			t.Errorf("%s: want %s (read in order, unsorted: %v), no scan; plan:\n%s", name, c.index, c.sorted, p)
 		}
 	}
 }

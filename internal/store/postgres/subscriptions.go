@@ -97,9 +97,7 @@ func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.
 func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListParams) (store.Page[core.Subscription], error) {
 	limit := store.PageLimit(p.Limit)
 	// One row more than the page tells whether another page exists.
-	rows, err := s.pool.Query(ctx, `SELECT `+subColumns+` FROM subscriptions
-		WHERE ($1 = '' OR tenant_id = $1) AND id > $2 AND deleted_at IS NULL
-		ORDER BY id LIMIT $3`, p.TenantID, p.Cursor, limit+1)
+	rows, err := s.pool.Query(ctx, subscriptionListQuery(p.Failing), p.TenantID, p.Cursor, limit+1)
 	if err != nil {
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
@@ -108,6 +106,17 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
 	return store.PageOf(subs, limit, func(x core.Subscription) string { return x.ID }), nil
+}
+
+// subscriptionListQuery pages subscriptions; the failing ones come from
+// subscriptions_failing (the query names its condition, so it is used).
+func subscriptionListQuery(failing bool) string {
+	q := `SELECT ` + subColumns + ` FROM subscriptions
+		WHERE ($1 = '' OR tenant_id = $1) AND id > $2 AND deleted_at IS NULL`
+	if failing {
+		q += ` AND failing_since IS NOT NULL`
+	}
+	return q + ` ORDER BY id LIMIT $3`
 }
 
 func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, error) {

@@ -47,43 +47,6 @@ func (w *where) sql() string {
 	return strings.Join(w.conds, " AND ")
 }
 
-func (s *Store) EventList(ctx context.Context, p store.EventListParams) (store.Page[core.Event], error) {
-	limit := store.PageLimit(p.Limit)
-	var w where
-	w.add(`tenant_id = ?`, p.TenantID)
-	if len(p.Types) > 0 {
-		w.add(`type = ANY(?)`, p.Types)
-	}
-	if !p.Since.IsZero() {
-		w.add(`created_at >= ?`, p.Since)
-	}
-	if !p.Until.IsZero() {
-		w.add(`created_at < ?`, p.Until)
-	}
-	if p.Cursor != "" {
-		w.add(`id < ?`, p.Cursor)
-	}
-	w.args = append(w.args, limit+1)
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE `+w.sql()+
-		` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(w.args)), w.args...)
-	if err != nil {
-		return store.Page[core.Event]{}, mapErr(err)
-	}
-	defer rows.Close()
-	evs := []core.Event{}
-	for rows.Next() {
-		var ev core.Event
-		if err := scanEvent(rows, &ev); err != nil {
-			return store.Page[core.Event]{}, err
-		}
-		evs = append(evs, ev)
-	}
-	if err := rows.Err(); err != nil {
-		return store.Page[core.Event]{}, mapErr(err)
-	}
-	return store.PageOf(evs, limit, func(e core.Event) string { return e.ID }), nil
-}
-
 var attemptRowColumns = `a.n, a.started_at, a.duration_ns, a.status_code, a.error, a.response, d.` +
 	strings.ReplaceAll(strings.Join(strings.Fields(deliveryColumns), " "), ", ", ", d.")
 

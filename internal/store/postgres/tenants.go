@@ -122,12 +122,12 @@ func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) erro
 	}))
 }
 
-const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at`
+const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at, scope`
 
 func scanKey(row pgx.Row) (core.APIKey, error) {
 	var k core.APIKey
 	var c, e, r, u pgtype.Timestamptz
-	if err := row.Scan(&k.ID, &k.TenantID, &k.Hash, &k.Name, &k.Prefix, &c, &e, &r, &u); err != nil {
+	if err := row.Scan(&k.ID, &k.TenantID, &k.Hash, &k.Name, &k.Prefix, &c, &e, &r, &u, &k.Scope); err != nil {
 		return k, err
 	}
 	k.CreatedAt, k.ExpiresAt, k.RevokedAt, k.LastUsedAt = tm(c), tm(e), tm(r), tm(u)
@@ -135,8 +135,8 @@ func scanKey(row pgx.Row) (core.APIKey, error) {
 }
 
 func insertKey(ctx context.Context, tx pgx.Tx, k core.APIKey) error {
-	_, err := tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, hash, name, prefix, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.ID, k.TenantID, k.Hash, k.Name, k.Prefix, k.CreatedAt, ts(k.ExpiresAt))
+	_, err := tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, hash, name, prefix, created_at, expires_at, scope)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, k.ID, k.TenantID, k.Hash, k.Name, k.Prefix, k.CreatedAt, ts(k.ExpiresAt), k.Scope)
 	return err
 }
 
@@ -215,4 +215,52 @@ func (s *Store) APIKeysTouch(ctx context.Context, used map[string]time.Time) err
 	_, err := s.pool.Exec(ctx, `UPDATE api_keys k SET last_used_at = greatest(k.last_used_at, u.at)
 		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE k.id = u.id`, ids, ats)
 	return err
+}
+
+func (s *Store) PortalLinkCreate(ctx context.Context, l core.PortalLink) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1`, l.TenantID).Scan(&one); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM portal_tokens WHERE tenant_id = $1 AND expires_at < $2`,
+			l.TenantID, l.CreatedAt.Add(-24*time.Hour)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO portal_tokens (id, tenant_id, hash, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5)`, l.ID, l.TenantID, l.Hash, l.CreatedAt, l.ExpiresAt); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, l.TenantID)
+	}))
+}
+
+// PortalLinkRedeem's UPDATE takes the link's row lock: of two nodes
+// redeeming it at once, the second waits, then finds it used. It reads
+// first: anyone may call it, and a token naming no live link must not
+// cost a write transaction.
+func (s *Store) PortalLinkRedeem(ctx context.Context, hash string, now time.Time, key core.APIKey) (core.APIKey, error) {
+	var one int
+	if err := s.pool.QueryRow(ctx, `SELECT 1 FROM portal_tokens WHERE hash = $1 AND used_at IS NULL AND expires_at > $2`,
+		hash, now).Scan(&one); err != nil {
+		return core.APIKey{}, mapErr(err)
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var expires pgtype.Timestamptz
+		err := tx.QueryRow(ctx, `UPDATE portal_tokens SET used_at = $1, key_id = $2
+			WHERE hash = $3 AND used_at IS NULL AND expires_at > $1 RETURNING tenant_id, expires_at`,
+			now, key.ID, hash).Scan(&key.TenantID, &expires)
+		if err != nil {
+			return err
+		}
+		key.ExpiresAt, key.Scope = tm(expires), core.ScopePortal
+		if err := insertKey(ctx, tx, key); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, key.TenantID)
+	})
+	if err != nil {
+		return core.APIKey{}, mapErr(err)
+	}
+	return key, nil
 }

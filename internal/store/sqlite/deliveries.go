@@ -18,13 +18,15 @@ func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Deli
 		return core.Delivery{}, nil, err
 	}
 	defer tx.Rollback()
-	d, err := scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries
-		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
+	var roundStarted int64
+	d, err := scanDelivery(withExtra(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+`, round_started_at FROM deliveries
+		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID), &roundStarted))
 	if err != nil {
 		return core.Delivery{}, nil, mapErr(err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT delivery_id, n, started_at, duration_ns, status_code, error, response
-		FROM attempts WHERE delivery_id = ? ORDER BY n`, id)
+	d.RoundStartedAt = tm(roundStarted)
+	rows, err := tx.QueryContext(ctx, `SELECT delivery_id, n, started_at, duration_ns, status_code, error, response,
+		response_headers FROM attempts WHERE delivery_id = ? ORDER BY n`, id)
 	if err != nil {
 		return core.Delivery{}, nil, err
 	}
@@ -33,7 +35,7 @@ func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Deli
 	for rows.Next() {
 		var a core.Attempt
 		var started, dur int64
-		if err := rows.Scan(&a.DeliveryID, &a.N, &started, &dur, &a.StatusCode, &a.Error, &a.Response); err != nil {
+		if err := rows.Scan(&a.DeliveryID, &a.N, &started, &dur, &a.StatusCode, &a.Error, &a.Response, &a.ResponseHeaders); err != nil {
 			return core.Delivery{}, nil, err
 		}
 		a.StartedAt, a.Duration = tm(started), time.Duration(dur)
@@ -44,6 +46,16 @@ func (s *Store) DeliveryGet(ctx context.Context, tenantID, id string) (core.Deli
 	}
 	return d, as, nil
 }
+
+// withExtra scans sc's columns after those given into extra.
+func withExtra(sc scanner, extra ...any) scanner { return extraScanner{sc, extra} }
+
+type extraScanner struct {
+	scanner
+	extra []any
+}
+
+func (e extraScanner) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.extra...)...) }
 
 func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
 	limit := store.PageLimit(p.Limit)
@@ -292,23 +304,62 @@ func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutof
 	}
 }
 
-func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
+// statsColumns are DeliveryStats' columns of subscription s: each count
+// and oldest an index seek over the partial pending or failed index.
+const statsColumns = `s.id, s.failing_since,
+	(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
+	(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
+	s.last_failure_at, s.last_failure_status, s.last_failure_error, s.last_failure_response`
+
+func scanStats(sc scanner) (string, store.DeliveryStats, error) {
 	var st store.DeliveryStats
-	var oldestPending, oldestFailed sql.NullInt64
-	var failingSince int64
-	err := s.r.QueryRowContext(ctx, `SELECT s.failing_since,
-		(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
-		(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
-		(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
-		(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed')
+	var id string
+	var oldestPending, nextAttempt, oldestFailed sql.NullInt64
+	var failingSince, lastFailure int64
+	err := sc.Scan(&id, &failingSince, &st.Pending, &oldestPending, &nextAttempt, &st.Failed, &oldestFailed,
+		&lastFailure, &st.LastFailure.Status, &st.LastFailure.Error, &st.LastFailure.Response)
+	st.OldestPendingAt, st.NextAttemptAt, st.OldestFailedAt = tm(oldestPending.Int64), tm(nextAttempt.Int64), tm(oldestFailed.Int64)
+	st.FailingSince, st.LastFailure.At = tm(failingSince), tm(lastFailure)
+	return id, st, err
+}
+
+func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID string) (store.DeliveryStats, error) {
+	_, st, err := scanStats(s.r.QueryRowContext(ctx, `SELECT `+statsColumns+`
 		FROM subscriptions s WHERE s.id = ? AND s.deleted_at IS NULL AND (? = '' OR s.tenant_id = ?)`,
-		subscriptionID, tenantID, tenantID).Scan(&failingSince, &st.Pending, &oldestPending, &st.Failed, &oldestFailed)
+		subscriptionID, tenantID, tenantID))
 	if err != nil {
-		return st, mapErr(err)
+		return store.DeliveryStats{}, mapErr(err)
 	}
-	st.OldestPendingAt, st.OldestFailedAt = tm(oldestPending.Int64), tm(oldestFailed.Int64)
-	st.FailingSince = tm(failingSince)
 	return st, nil
+}
+
+func (s *Store) DeliveryStatsList(ctx context.Context, tenantID string, ids []string) (map[string]store.DeliveryStats, error) {
+	out := make(map[string]store.DeliveryStats, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+statsColumns+`
+		FROM subscriptions s WHERE s.id IN (SELECT value FROM json_each(?)) AND s.deleted_at IS NULL
+		AND (? = '' OR s.tenant_id = ?)`, string(list), tenantID, tenantID)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		id, st, err := scanStats(rows)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		out[id] = st
+	}
+	return out, mapErr(rows.Err())
 }
 
 // insertAttempts inserts the attempts of results that move their delivery
@@ -316,13 +367,13 @@ func (s *Store) DeliveryStats(ctx context.Context, tenantID, subscriptionID stri
 // it in the same transaction. (A delivery retention removed while its
 // attempt ran fails it too, so the foreign key never fails the batch.)
 var insertAttempts = newMultiRow(
-	`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
+	`INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response, response_headers)
 		SELECT * FROM (VALUES`,
-	`(?, ?, ?, ?, ?, ?, ?)`,
+	`(?, ?, ?, ?, ?, ?, ?, ?)`,
 	`) AS v WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = v.column1
 			AND d.state = 'pending' AND d.attempt_count < v.column2)
 		ON CONFLICT (delivery_id, n) DO NOTHING`,
-	7)
+	8)
 
 // updateResults moves each delivery on from its attempt. A delivery
 // updated twice by one statement would take an arbitrary one of its rows,
@@ -372,7 +423,7 @@ func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 			seen = map[string]bool{}
 		}
 		seen[a.DeliveryID] = true
-		ins = append(ins, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response)
+		ins = append(ins, a.DeliveryID, a.N, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response, a.ResponseHeaders)
 		upd = append(upd, a.N, a.StatusCode, a.Error, string(r.State), ns(r.NextAttemptAt), ns(r.Now), a.DeliveryID)
 	}
 	if err := write(); err != nil {
@@ -389,13 +440,18 @@ func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 	return s.recordFailing(ctx, tx, rs)
 }
 
-// failingSQL keeps a subscription's failing_since and last_failure_at from
-// one batch's Outcome; a healthy subscription's row is not written.
+// failingSQL keeps a subscription's failing_since and last failure (its
+// time, status, error and answer, from the batch's latest failed attempt
+// when it is newer) from one batch's Outcome; a healthy subscription's row
+// is not written.
 const failingSQL = `UPDATE subscriptions SET
 	failing_since = CASE
 		WHEN ?1 > 0 THEN ?2
 		WHEN failing_since = 0 OR last_failure_at < ?2 - 86400000000000 THEN ?2
 		ELSE failing_since END,
+	last_failure_status = CASE WHEN ?3 > last_failure_at THEN ?5 ELSE last_failure_status END,
+	last_failure_error = CASE WHEN ?3 > last_failure_at THEN ?6 ELSE last_failure_error END,
+	last_failure_response = CASE WHEN ?3 > last_failure_at THEN ?7 ELSE last_failure_response END,
 	last_failure_at = max(last_failure_at, ?3)
 	WHERE id = ?4 AND (failing_since > 0 OR ?3 > 0)`
 
@@ -407,7 +463,8 @@ func (s *Store) recordFailing(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 	}
 	defer st.Close()
 	for _, o := range store.Outcomes(rs) {
-		if _, err := st.ExecContext(ctx, ns(o.LastSuccess), ns(o.FirstFailure), ns(o.LastFailure), o.SubscriptionID); err != nil {
+		if _, err := st.ExecContext(ctx, ns(o.LastSuccess), ns(o.FirstFailure), ns(o.LastFailure), o.SubscriptionID,
+			o.Last.Status, o.Last.Error, o.Last.Response); err != nil {
 			return fmt.Errorf("noting whether a subscription fails: %w", err)
 		}
 	}
@@ -434,8 +491,9 @@ func recordOvertaken(ctx context.Context, tx *sql.Tx, a core.Attempt) error {
 	if err != nil {
 		return fmt.Errorf("recording an overtaken attempt of %s: %w", a.DeliveryID, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, a.DeliveryID, n, ns(a.StartedAt), int64(a.Duration), a.StatusCode, a.Error, a.Response)
+	_, err = tx.ExecContext(ctx, `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response,
+		response_headers) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.DeliveryID, n, ns(a.StartedAt), int64(a.Duration), a.StatusCode,
+		a.Error, a.Response, a.ResponseHeaders)
 	if err != nil {
 		return fmt.Errorf("recording an overtaken attempt of %s: %w", a.DeliveryID, err)
 	}

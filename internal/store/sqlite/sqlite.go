@@ -303,8 +303,10 @@ func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 // queryStrings runs a query of one text column in tx and returns its rows.
-func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
+func queryStrings(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

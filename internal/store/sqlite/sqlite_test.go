@@ -1,7 +1,9 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -343,4 +345,90 @@ func dumpRows(t *testing.T, db *sql.DB, q string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// The dashboard's lists read their own indexes in order: never a scan of
+// the table, never a sort (a page costs its rows, however long the log).
+func TestLogQueriesUseTheirIndexes(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	now := time.Now()
+	cur, dcur := store.TimeCursor(now, "evt_x"), store.TimeCursor(now, "evt_x", "sub_x")
+	build := func(q string, args []any, err error) (string, []any) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q, args
+	}
+	for name, c := range map[string]struct {
+		index string
+		q     func() (string, []any)
+	}{
+		"events": {"events_tenant_time", func() (string, []any) {
+			return build(eventListQuery(store.EventListParams{TenantID: "a", Cursor: cur}))
+		}},
+		"events in a time": {"events_tenant_time", func() (string, []any) {
+			return build(eventListQuery(store.EventListParams{TenantID: "a", Since: now, Until: now}))
+		}},
+		"events of a type": {"events_tenant_type", func() (string, []any) {
+			return build(eventListQuery(store.EventListParams{TenantID: "a", Types: []string{"a.b"}, Cursor: cur}))
+		}},
+		"event by key": {"events_idempotency", func() (string, []any) {
+			return build(eventListQuery(store.EventListParams{TenantID: "a", IdempotencyKey: "k"}))
+		}},
+		"deliveries": {"events_tenant_time", func() (string, []any) {
+			return build(deliveryListTenantQuery(store.DeliveryListParams{TenantID: "a", State: "failed", Status: 500, Since: now, Cursor: dcur}))
+		}},
+		"deliveries of a type": {"events_tenant_type", func() (string, []any) {
+			return build(deliveryListTenantQuery(store.DeliveryListParams{TenantID: "a", EventType: "a.b", Cursor: dcur}))
+		}},
+		"event types": {"events_tenant_type", func() (string, []any) { return eventTypesQuery, []any{"a", "", 10} }},
+		"failing":     {"subscriptions_failing", func() (string, []any) { return subscriptionListQuery(true), []any{"", "", "", 10} }},
+	} {
+		q, args := c.q()
+		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		p := strings.Join(plan, "\n")
+		// An event's deliveries are put in order among themselves (a sort
+		// of its fan-out, "FOR LAST TERM"), never the whole log.
+		sorts := strings.ReplaceAll(p, "USE TEMP B-TREE FOR LAST TERM OF ORDER BY", "")
+		if !strings.Contains(p, "USING INDEX "+c.index) && !strings.Contains(p, "USING COVERING INDEX "+c.index) ||
+			strings.Contains(sorts, "TEMP B-TREE") || strings.Contains(p, "SCAN events") || strings.Contains(p, "SCAN d") ||
+			strings.Contains(p, "SCAN subscriptions") {
+			t.Errorf("%s: want %s, no scan, no sort of the log; plan:\n%s", name, c.index, p)
+		}
+	}
+}
+
+// Anyone may try a portal token, unauthenticated: one that names no live
+// link is answered from a read, never queued behind the one writer.
+func TestUnknownPortalTokenTakesNoWrite(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	held, release := make(chan struct{}), make(chan struct{})
+	go s.writeTx(t.Context(), func(*sql.Tx) error {
+		close(held)
+		<-release
+		return nil
+	})
+	<-held
+	defer close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err := s.PortalLinkRedeem(ctx, "no-such-hash", time.Now(), core.APIKey{ID: "key_x", Hash: "h"})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unknown token while the writer is busy: %v, want ErrNotFound at once", err)
+	}
 }

@@ -128,9 +128,7 @@ func (s *Store) SubscriptionGet(ctx context.Context, tenantID, id string) (core.
 func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListParams) (store.Page[core.Subscription], error) {
 	limit := store.PageLimit(p.Limit)
 	// One row more than the page tells whether another page exists.
-	rows, err := s.r.QueryContext(ctx, `SELECT `+subColumns+` FROM subscriptions
-		WHERE (? = '' OR tenant_id = ?) AND id > ? AND deleted_at IS NULL
-		ORDER BY id LIMIT ?`, p.TenantID, p.TenantID, p.Cursor, limit+1)
+	rows, err := s.r.QueryContext(ctx, subscriptionListQuery(p.Failing), p.TenantID, p.TenantID, p.Cursor, limit+1)
 	if err != nil {
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
@@ -139,6 +137,17 @@ func (s *Store) SubscriptionList(ctx context.Context, p store.SubscriptionListPa
 		return store.Page[core.Subscription]{}, mapErr(err)
 	}
 	return store.PageOf(subs, limit, func(x core.Subscription) string { return x.ID }), nil
+}
+
+// subscriptionListQuery pages subscriptions; the failing ones come from
+// subscriptions_failing (the query names its condition, so it is used).
+func subscriptionListQuery(failing bool) string {
+	q := `SELECT ` + subColumns + ` FROM subscriptions
+		WHERE (? = '' OR tenant_id = ?) AND id > ? AND deleted_at IS NULL`
+	if failing {
+		q += ` AND failing_since > 0`
+	}
+	return q + ` ORDER BY id LIMIT ?`
 }
 
 func (s *Store) SubscriptionListAll(ctx context.Context) ([]core.Subscription, error) {

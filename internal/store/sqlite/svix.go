@@ -24,49 +24,6 @@ func (s *Store) SubscriptionByUID(ctx context.Context, tenantID, uid string) (co
 	return sub, nil
 }
 
-func (s *Store) EventList(ctx context.Context, p store.EventListParams) (store.Page[core.Event], error) {
-	limit := store.PageLimit(p.Limit)
-	q := `SELECT ` + eventColumns + ` FROM events WHERE tenant_id = ?`
-	args := []any{p.TenantID}
-	if len(p.Types) > 0 {
-		q += ` AND type IN (?` + strings.Repeat(`, ?`, len(p.Types)-1) + `)`
-		for _, t := range p.Types {
-			args = append(args, t)
-		}
-	}
-	if !p.Since.IsZero() {
-		q += ` AND created_at >= ?`
-		args = append(args, ns(p.Since))
-	}
-	if !p.Until.IsZero() {
-		q += ` AND created_at < ?`
-		args = append(args, ns(p.Until))
-	}
-	if p.Cursor != "" {
-		q += ` AND id < ?`
-		args = append(args, p.Cursor)
-	}
-	q += ` ORDER BY id DESC LIMIT ?`
-	args = append(args, limit+1)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return store.Page[core.Event]{}, mapErr(err)
-	}
-	defer rows.Close()
-	evs := []core.Event{}
-	for rows.Next() {
-		var ev core.Event
-		if err := scanEvent(rows, &ev); err != nil {
-			return store.Page[core.Event]{}, err
-		}
-		evs = append(evs, ev)
-	}
-	if err := rows.Err(); err != nil {
-		return store.Page[core.Event]{}, mapErr(err)
-	}
-	return store.PageOf(evs, limit, func(e core.Event) string { return e.ID }), nil
-}
-
 // attemptRowColumns prefixes deliveryColumns with d. for the join.
 var attemptRowColumns = `a.n, a.started_at, a.duration_ns, a.status_code, a.error, a.response, d.` +
 	strings.ReplaceAll(strings.Join(strings.Fields(deliveryColumns), " "), ", ", ", d.")

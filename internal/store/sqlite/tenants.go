@@ -117,12 +117,12 @@ func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) erro
 	}))
 }
 
-const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at`
+const keyColumns = `id, tenant_id, hash, name, prefix, created_at, expires_at, revoked_at, last_used_at, scope`
 
 func scanKey(sc scanner) (core.APIKey, error) {
 	var k core.APIKey
 	var c, e, r, u int64
-	if err := sc.Scan(&k.ID, &k.TenantID, &k.Hash, &k.Name, &k.Prefix, &c, &e, &r, &u); err != nil {
+	if err := sc.Scan(&k.ID, &k.TenantID, &k.Hash, &k.Name, &k.Prefix, &c, &e, &r, &u, &k.Scope); err != nil {
 		return k, err
 	}
 	k.CreatedAt, k.ExpiresAt, k.RevokedAt, k.LastUsedAt = tm(c), tm(e), tm(r), tm(u)
@@ -130,8 +130,8 @@ func scanKey(sc scanner) (core.APIKey, error) {
 }
 
 func insertKey(ctx context.Context, tx *sql.Tx, k core.APIKey) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, hash, name, prefix, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, k.ID, k.TenantID, k.Hash, k.Name, k.Prefix, ns(k.CreatedAt), ns(k.ExpiresAt))
+	_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant_id, hash, name, prefix, created_at, expires_at, scope)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, k.ID, k.TenantID, k.Hash, k.Name, k.Prefix, ns(k.CreatedAt), ns(k.ExpiresAt), k.Scope)
 	return err
 }
 
@@ -215,4 +215,50 @@ func (s *Store) APIKeysTouch(ctx context.Context, used map[string]time.Time) err
 		}
 		return nil
 	})
+}
+
+func (s *Store) PortalLinkCreate(ctx context.Context, l core.PortalLink) error {
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE id = ?`, l.TenantID).Scan(&one); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM portal_tokens WHERE tenant_id = ? AND expires_at < ?`,
+			l.TenantID, ns(l.CreatedAt.Add(-24*time.Hour))); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO portal_tokens (id, tenant_id, hash, created_at, expires_at)
+			VALUES (?, ?, ?, ?, ?)`, l.ID, l.TenantID, l.Hash, ns(l.CreatedAt), ns(l.ExpiresAt)); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, l.TenantID)
+	}))
+}
+
+// PortalLinkRedeem reads first: anyone may call it, unauthenticated, and a
+// token that names no live link must not cost the one writer a transaction.
+func (s *Store) PortalLinkRedeem(ctx context.Context, hash string, now time.Time, key core.APIKey) (core.APIKey, error) {
+	var one int
+	if err := s.r.QueryRowContext(ctx, `SELECT 1 FROM portal_tokens WHERE hash = ? AND used_at = 0 AND expires_at > ?`,
+		hash, ns(now)).Scan(&one); err != nil {
+		return core.APIKey{}, mapErr(err)
+	}
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var expires int64
+		err := tx.QueryRowContext(ctx, `UPDATE portal_tokens SET used_at = ?, key_id = ?
+			WHERE hash = ? AND used_at = 0 AND expires_at > ? RETURNING tenant_id, expires_at`,
+			ns(now), key.ID, hash, ns(now)).Scan(&key.TenantID, &expires)
+		if err != nil {
+			return err
+		}
+		key.ExpiresAt, key.Scope = tm(expires), core.ScopePortal
+		if err := insertKey(ctx, tx, key); err != nil {
+			return err
+		}
+		return writeAudit(ctx, tx, key.TenantID)
+	})
+	if err != nil {
+		return core.APIKey{}, mapErr(err)
+	}
+	return key, nil
 }

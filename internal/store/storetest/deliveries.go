@@ -296,8 +296,12 @@ func testDeliveryRecordResults(t *testing.T, s store.Store) {
 
 	now := at(time.Minute)
 	att := func(d core.Delivery, n, code int, errText, resp string) core.Attempt {
-		return core.Attempt{DeliveryID: d.ID, N: n, StartedAt: at(time.Duration(n) * time.Second),
+		a := core.Attempt{DeliveryID: d.ID, N: n, StartedAt: at(time.Duration(n) * time.Second),
 			Duration: 1234567 * time.Microsecond, StatusCode: code, Error: errText, Response: resp}
+		if code != 0 {
+			a.ResponseHeaders = fmt.Sprintf("Content-Type: text/plain\nX-Status: %d\n", code)
+		}
+		return a
 	}
 	rs := []store.AttemptResult{
 		{Attempt: att(retry, 1, 503, "", "busy, try later"), State: core.DeliveryPending, NextAttemptAt: at(5 * time.Minute), Now: now},
@@ -369,7 +373,7 @@ func testDeliveryRecordResultsOvertaken(t *testing.T, s store.Store) {
 	}
 	result := func(d core.Delivery, n int, start time.Duration, status int, state core.DeliveryState, next time.Time) store.AttemptResult {
 		a := core.Attempt{DeliveryID: d.ID, N: n, StartedAt: at(start), Duration: 250 * time.Millisecond, StatusCode: status,
-			Response: fmt.Sprintf("answer %d", status)}
+			Response: fmt.Sprintf("answer %d", status), ResponseHeaders: fmt.Sprintf("X-Answer: %d\n", status)}
 		if status == 0 {
 			a.Duration, a.Error = 10*time.Second, "timeout after 10s"
 		}
@@ -477,6 +481,9 @@ func testDeliveryReplay(t *testing.T, s store.Store) {
 	f.record(delivered, 1, 200, core.DeliveryDelivered, time.Time{})
 
 	now := at(time.Hour)
+	if r, _, err := s.DeliveryGet(f.ctx, "", failed.ID); err != nil || !r.RoundStartedAt.Equal(failed.CreatedAt) {
+		t.Fatalf("a delivery never replayed: round started at %v (%v), want its creation %v", r.RoundStartedAt, err, failed.CreatedAt)
+	}
 	for _, d := range []core.Delivery{failed, delivered} {
 		before, _ := f.getDelivery(d.ID)
 		got, err := s.DeliveryReplay(f.ctx, a.ID, d.ID, now)
@@ -486,6 +493,9 @@ func testDeliveryReplay(t *testing.T, s store.Store) {
 		same(t, "replayed delivery", got, want)
 		stored, _ := f.getDelivery(d.ID)
 		same(t, "stored replayed delivery", stored, want)
+		if r, _, err := s.DeliveryGet(f.ctx, "", d.ID); err != nil || !r.RoundStartedAt.Equal(now) {
+			t.Fatalf("replayed delivery's round started at %v (%v), want the replay's time %v", r.RoundStartedAt, err, now)
+		}
 	}
 	if d, _ := f.getDelivery(failed.ID); d.RoundStart != 2 || d.AttemptCount != 2 {
 		t.Fatalf("replayed failed delivery: round start %d, attempts %d; want 2, 2", d.RoundStart, d.AttemptCount)

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +106,128 @@ func testFailing(t *testing.T, s store.Store) {
 	noErr(t, "pause", s.SubscriptionUpdate(f.ctx, d))
 	write(result(sub, core.DeliveryPending, at(29*time.Hour)))
 	same(t, "failing while paused", failing(at(30*time.Hour), t0), []string(nil))
+}
+
+// A subscription keeps its last failed attempt (status, error, the first
+// bytes of its answer), written with failing_since: the newest failure
+// wins, an older one arriving late changes nothing, and a success keeps
+// it. DeliveryStatsList answers for many subscriptions what DeliveryStats
+// answers for each, within the tenant.
+func testLastFailure(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	sub, calm, theirs := f.sub(a.ID, "a.example:443"), f.sub(a.ID, "c.example:443"), f.sub(b.ID, "b.example:443")
+	gone := f.sub(a.ID, "g.example:443")
+	noErr(t, "delete", s.SubscriptionDelete(f.ctx, "", gone.ID, t0))
+	result := func(sb core.Subscription, state core.DeliveryState, started time.Time, status int, errText, resp string) store.AttemptResult {
+		d := f.deliver(sb, t0)
+		return store.AttemptResult{SubscriptionID: sb.ID, State: state, Now: started, NextAttemptAt: started.Add(time.Minute),
+			Attempt: core.Attempt{DeliveryID: d.ID, N: 1, StartedAt: started, StatusCode: status, Error: errText, Response: resp}}
+	}
+	write := func(rs ...store.AttemptResult) {
+		t.Helper()
+		noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, rs))
+	}
+	stats := func(sb core.Subscription) store.DeliveryStats {
+		t.Helper()
+		st, err := s.DeliveryStats(f.ctx, "", sb.ID)
+		noErr(t, "DeliveryStats", err)
+		return st
+	}
+	same(t, "a new subscription's last failure", stats(sub).LastFailure, store.Failure{})
+
+	// The newest failure of a batch is kept, whatever the order given.
+	write(result(sub, core.DeliveryPending, at(2*time.Second), 0, "connection refused", ""),
+		result(sub, core.DeliveryPending, at(time.Second), 503, "", "busy"))
+	same(t, "last failure", stats(sub).LastFailure, store.Failure{At: at(2 * time.Second), Error: "connection refused"})
+	// An older failure written later changes nothing.
+	write(result(sub, core.DeliveryFailed, at(1500*time.Millisecond), 400, "", "bad"))
+	same(t, "last failure after an older one", stats(sub).LastFailure, store.Failure{At: at(2 * time.Second), Error: "connection refused"})
+	// A newer one replaces it; its answer is cut to MaxFailureHead bytes on a rune boundary.
+	long := strings.Repeat("x", store.MaxFailureHead-1) + "é and more"
+	write(result(sub, core.DeliveryPending, at(3*time.Second), 500, "", long))
+	got := stats(sub).LastFailure
+	if want := strings.Repeat("x", store.MaxFailureHead-1); got.Response != want || got.Status != 500 || !got.At.Equal(at(3*time.Second)) {
+		t.Fatalf("last failure after a long answer: %+v, want status 500 and the answer cut to %d bytes", got, len(want))
+	}
+	// A success clears failing_since but keeps what the last failure was.
+	write(result(sub, core.DeliveryDelivered, at(4*time.Second), 200, "", "ok"))
+	if st := stats(sub); !st.FailingSince.IsZero() || st.LastFailure.Status != 500 {
+		t.Fatalf("after a success: failing since %v, last failure %+v; want cleared and kept", st.FailingSince, st.LastFailure)
+	}
+
+	// The next attempt is the earliest due of its pending deliveries.
+	f.deliver(calm, at(time.Hour))
+	f.deliver(calm, at(time.Minute))
+	same(t, "next attempt", stats(calm).NextAttemptAt, at(time.Minute))
+
+	// Many at once: the tenant's live ones, each as DeliveryStats has it.
+	many, err := s.DeliveryStatsList(f.ctx, a.ID, []string{sub.ID, calm.ID, theirs.ID, gone.ID, "sub_none"})
+	noErr(t, "DeliveryStatsList", err)
+	same(t, "DeliveryStatsList", many, map[string]store.DeliveryStats{sub.ID: stats(sub), calm.ID: stats(calm)})
+	many, err = s.DeliveryStatsList(f.ctx, "", []string{theirs.ID})
+	noErr(t, "DeliveryStatsList, any tenant", err)
+	same(t, "DeliveryStatsList, any tenant", many, map[string]store.DeliveryStats{theirs.ID: stats(theirs)})
+	many, err = s.DeliveryStatsList(f.ctx, a.ID, nil)
+	noErr(t, "DeliveryStatsList of none", err)
+	same(t, "DeliveryStatsList of none", many, map[string]store.DeliveryStats{})
+}
+
+// SubscriptionList with Failing lists only those failing now, of one
+// tenant or of all; TenantList pages every tenant.
+func testFailingListAndTenants(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	failA, calm, failB := f.sub(a.ID, "a.example:443"), f.sub(a.ID, "c.example:443"), f.sub(b.ID, "b.example:443")
+	recovered := f.sub(a.ID, "r.example:443")
+	var rs []store.AttemptResult
+	for i, x := range []struct {
+		sub   core.Subscription
+		state core.DeliveryState
+	}{{failA, core.DeliveryFailed}, {calm, core.DeliveryDelivered}, {failB, core.DeliveryPending},
+		{recovered, core.DeliveryPending}} {
+		d := f.deliver(x.sub, t0)
+		rs = append(rs, store.AttemptResult{SubscriptionID: x.sub.ID, State: x.state, Now: at(time.Second), NextAttemptAt: at(time.Minute),
+			Attempt: core.Attempt{DeliveryID: d.ID, N: 1, StartedAt: at(time.Duration(i) * time.Millisecond), StatusCode: 500}})
+	}
+	noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, rs))
+	d := f.deliver(recovered, t0)
+	noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{{SubscriptionID: recovered.ID,
+		State: core.DeliveryDelivered, Now: at(time.Minute), Attempt: core.Attempt{DeliveryID: d.ID, N: 1, StartedAt: at(time.Minute), StatusCode: 200}}}))
+
+	list := func(p store.SubscriptionListParams) []string {
+		t.Helper()
+		var out []string
+		for {
+			page, err := s.SubscriptionList(f.ctx, p)
+			noErr(t, "SubscriptionList", err)
+			out = append(out, ids(page.Data, subID)...)
+			if page.NextCursor == "" {
+				return out
+			}
+			p.Cursor = page.NextCursor
+		}
+	}
+	same(t, "failing of every tenant", list(store.SubscriptionListParams{Failing: true, Limit: 1}), sortedIDs(failA.ID, failB.ID))
+	same(t, "failing of one tenant", list(store.SubscriptionListParams{Failing: true, TenantID: a.ID}), []string{failA.ID})
+	same(t, "every one of a tenant", list(store.SubscriptionListParams{TenantID: a.ID}), sortedIDs(failA.ID, calm.ID, recovered.ID))
+
+	var tenants []string
+	p := store.TenantListParams{Limit: 1}
+	for {
+		page, err := s.TenantList(f.ctx, p)
+		noErr(t, "TenantList", err)
+		tenants = append(tenants, ids(page.Data, func(t core.Tenant) string { return t.ID })...)
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	same(t, "tenants", tenants, sortedIDs(core.DefaultTenant, a.ID, b.ID))
+}
+
+func sortedIDs(ids ...string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
 }

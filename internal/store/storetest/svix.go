@@ -145,7 +145,7 @@ func testEventList(t *testing.T, s store.Store) {
 	page, err := s.EventList(f.ctx, store.EventListParams{TenantID: a.ID, Types: []string{"order.paid"}})
 	noErr(t, "EventList(types)", err)
 	same(t, "order.paid events", ids(page.Data, func(e core.Event) string { return e.ID }), []string{want[1], want[3]})
-	page, err = s.EventList(f.ctx, store.EventListParams{TenantID: a.ID, Since: at(time.Minute), Until: at(3 * time.Minute)})
+	page, err = s.EventList(f.ctx, store.EventListParams{TenantID: a.ID, Since: at(time.Minute), Until: at(3 * time.Minute), WithPayload: true})
 	noErr(t, "EventList(since, until)", err)
 	same(t, "events in [1m, 3m)", ids(page.Data, func(e core.Event) string { return e.ID }), []string{want[2], want[3]})
 	if string(page.Data[0].Payload) != `{"amount":1200,"note":"caf\u00e9"}` {

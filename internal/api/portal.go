@@ -1,0 +1,133 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"hookd/internal/audit"
+	"hookd/internal/core"
+	"hookd/internal/store"
+)
+
+// Portal links sign a platform's customer into their own tenant's
+// dashboard, as Svix's App Portal does: the platform asks for a link
+// (admin, or the tenant's key), hands it to its customer, and the
+// dashboard exchanges it once for a session key scoped to the tenant and
+// the portal, expiring with the link. Threat model: docs/security.md.
+
+// Portal link lifetimes: long enough to be opened, short enough that a
+// link found later in a log or history is dead.
+const (
+	defaultPortalLink = time.Hour
+	minPortalLink     = time.Minute
+	maxPortalLink     = 24 * time.Hour
+)
+
+// portalDenied are the routes a portal session may not call: a platform's
+// customer reads and manages its endpoints and deliveries, but does not
+// post events in the platform's name, hold keys, hand out links, or read
+// where the platform's own calls came from.
+var portalDenied = map[string]bool{
+	"POST /v1/events":                       true,
+	"POST /v1/tenants/{id}/keys":            true,
+	"GET /v1/tenants/{id}/keys":             true,
+	"DELETE /v1/tenants/{id}/keys/{key_id}": true,
+	"POST /v1/tenants/{id}/portal-link":     true,
+	"GET /v1/audit":                         true,
+}
+
+var errPortalForbidden = &apiError{Status: http.StatusForbidden, Code: "forbidden",
+	Message: "a portal session cannot do this: it reads and manages its tenant's endpoints and deliveries"}
+
+var errPortalLink = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+	Message: "this portal link is not valid: it was used already, or it has expired; ask for a new one"}
+
+type portalLinkRequest struct {
+	ExpiresIn *int `json:"expires_in"` // seconds
+}
+
+// createPortalLink makes a one-time link into tenant {id}'s dashboard.
+func (s *Server) createPortalLink(w http.ResponseWriter, r *http.Request, p principal) error {
+	tenant := r.PathValue("id")
+	if !p.admin && tenant != p.tenantID {
+		return errNotFound
+	}
+	var req portalLinkRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			return err
+		}
+	}
+	life := defaultPortalLink
+	if req.ExpiresIn != nil {
+		life = time.Duration(*req.ExpiresIn) * time.Second
+		if life < minPortalLink || life > maxPortalLink {
+			return errInvalid("expires_in", "must be from 60 to 86400 seconds (a minute to a day)")
+		}
+	}
+	token := NewToken("pt_")
+	now := time.Now().UTC()
+	l := core.PortalLink{ID: core.NewID("ptl"), TenantID: tenant, Hash: HashKey(token), CreatedAt: now, ExpiresAt: now.Add(life)}
+	ctx := audit.Record(r.Context(), audit.PortalLink, tenant, map[string]any{"link_id": l.ID, "expires_at": l.ExpiresAt})
+	if err := s.Store.PortalLinkCreate(ctx, l); err != nil {
+		return err
+	}
+	// The token rides in the fragment: browsers never send it to a server,
+	// so it stays out of access logs, proxies and Referer headers.
+	writeJSON(w, http.StatusCreated, map[string]any{"id": l.ID, "url": s.publicBase(r) + "/ui/#/portal/" + token,
+		"expires_at": l.ExpiresAt})
+	return nil
+}
+
+// publicBase is where the dashboard is reached: --public-url, or the
+// address the caller used.
+func (s *Server) publicBase(r *http.Request) string {
+	if s.PublicURL != "" {
+		return strings.TrimSuffix(s.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+type portalSessionRequest struct {
+	Token string `json:"token"`
+}
+
+// portalSession exchanges a portal link's token, once, for a session key:
+// scoped to its tenant and the portal, expiring with the link. It needs
+// no bearer token: the link's token is the credential.
+func (s *Server) portalSession(w http.ResponseWriter, r *http.Request) {
+	if err := s.exchangePortalLink(w, r); err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+func (s *Server) exchangePortalLink(w http.ResponseWriter, r *http.Request) error {
+	var req portalSessionRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Token == "" {
+		return errInvalid("token", "is required: the part of the link after #/portal/")
+	}
+	secret := NewAPIKey()
+	k := core.APIKey{ID: core.NewID("key"), Hash: HashKey(secret), Name: core.ScopePortal, Prefix: secret[:keyPrefixLen],
+		CreatedAt: time.Now().UTC()}
+	ctx := audit.WithActor(r.Context(), audit.Actor{ID: audit.ActorPortal, Addr: r.RemoteAddr})
+	ctx = audit.Record(ctx, audit.PortalSession, k.ID, map[string]any{"key_id": k.ID})
+	k, err := s.Store.PortalLinkRedeem(ctx, HashKey(req.Token), k.CreatedAt, k)
+	if errors.Is(err, store.ErrNotFound) {
+		return errPortalLink
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, map[string]any{"api_key": secret, "tenant_id": k.TenantID, "expires_at": k.ExpiresAt})
+	return nil
+}
