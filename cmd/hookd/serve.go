@@ -22,6 +22,7 @@ import (
 	"hookd/internal/lifecycle"
 	"hookd/internal/send"
 	"hookd/internal/shed"
+	"hookd/internal/ui"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,6 +49,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	egressProxy := fs.String("egress-proxy", "", "http://[user:password@]host:port of an HTTP CONNECT proxy (e.g. Smokescreen) every delivery goes through; hookd resolves and checks each endpoint address itself and asks the proxy for that address; empty: direct")
 	keyFile := fs.String("secret-key-file", "", secretKeyFileUsage)
+	publicURL := fs.String("public-url", "", "URL people reach hookd at (e.g. https://hooks.example.com), for the portal links POST /v1/tenants/{id}/portal-link makes; empty: the host each request named")
+	var frames listFlag
+	fs.Var(&frames, "frame-ancestors", "origin (https://app.example.com) allowed to show the dashboard in a frame, to embed the customer portal (repeatable); none: no page may frame it")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -104,6 +108,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *idle <= 0 {
 		return fmt.Errorf("--idle-timeout must be positive")
 	}
+	if *publicURL != "" {
+		if u, err := url.Parse(*publicURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
+			u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return fmt.Errorf("--public-url %q: want an http(s) URL like https://hooks.example.com", *publicURL)
+		}
+	}
+	var frameAncestors []string
+	for _, f := range frames {
+		o, err := ui.ParseOrigin(f)
+		if err != nil {
+			return fmt.Errorf("--frame-ancestors: %w", err)
+		}
+		frameAncestors = append(frameAncestors, o)
+	}
 	token, err := adminToken(fs, *adminTokenFlag, *adminTokenFile, log)
 	if err != nil {
 		return err
@@ -122,6 +140,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DB: *db, AdminToken: token, AllowNetworks: allowed.Networks, AllowAddrs: allowed.Addrs, EgressProxy: proxy,
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
+		PublicURL: *publicURL, FrameAncestors: frameAncestors,
 		Shed: shed.Config{Threshold: *shedAt}, Keys: keys, DisableAfter: *disableAfter,
 		HTTP:   app.HTTPTimeouts{Idle: *idle},
 		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},

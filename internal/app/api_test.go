@@ -149,6 +149,23 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"list bad since", "GET", "/v1/subscriptions/" + sub + "/deliveries?since=yesterday", nil, 400, "since"},
 		{"list bad limit", "GET", "/v1/subscriptions/" + sub + "/deliveries?limit=1000", nil, 400, "limit"},
 		{"tenant bad id", "POST", "/v1/tenants", `{"id":"Has Spaces"}`, 422, "id"},
+		{"replay from the future", "POST", "/v1/subscriptions/" + sub + "/replay", `{"since":"2999-01-01T00:00:00Z"}`, 422, "since"},
+		{"events bad type", "GET", "/v1/events?type=Not%20A%20Type", nil, 400, "type"},
+		{"events bad since", "GET", "/v1/events?since=monday", nil, 400, "since"},
+		{"events until before since", "GET", "/v1/events?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", nil, 400, "until"},
+		{"events long key", "GET", "/v1/events?idempotency_key=" + strings.Repeat("k", 256), nil, 400, "idempotency_key"},
+		{"events bad cursor", "GET", "/v1/events?cursor=evt_x", nil, 400, "cursor"},
+		{"events bad limit", "GET", "/v1/events?limit=0", nil, 400, "limit"},
+		{"deliveries bad state", "GET", "/v1/deliveries?state=lost", nil, 400, "state"},
+		{"deliveries bad status", "GET", "/v1/deliveries?status=600", nil, 400, "status"},
+		{"deliveries status not a number", "GET", "/v1/deliveries?status=5xx", nil, 400, "status"},
+		{"deliveries bad event_type", "GET", "/v1/deliveries?event_type=*", nil, 400, "event_type"},
+		{"deliveries bad until", "GET", "/v1/deliveries?until=later", nil, 400, "until"},
+		{"event types bad limit", "GET", "/v1/event-types?limit=101", nil, 400, "limit"},
+		{"count bad state", "GET", "/v1/subscriptions/" + sub + "/deliveries/count?state=failed,lost", nil, 400, "state"},
+		{"count bad event_types", "GET", "/v1/subscriptions/" + sub + "/deliveries/count?event_types=a.b,A", nil, 400, "event_types"},
+		{"count bad since", "GET", "/v1/subscriptions/" + sub + "/deliveries/count?since=x", nil, 400, "since"},
+		{"list bad include", "GET", "/v1/subscriptions?include=everything", nil, 400, "include"},
 	}
 	for _, c := range cases {
 		st, out := e.admin.Do(c.method, c.path, c.body)

@@ -75,6 +75,12 @@ type Config struct {
 	// the key file next to the database, see SecretKeys; PostgreSQL
 	// refuses to start).
 	Keys *seal.Keyring
+	// PublicURL is where people reach the dashboard, for portal links
+	// ("": the host each request named).
+	PublicURL string
+	// FrameAncestors are the origins that may show the dashboard in a
+	// frame (a platform embedding its customer portal); none by default.
+	FrameAncestors []string
 }
 
 type App struct {
@@ -222,7 +228,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed, Keys: a.keys,
-		Limits: cfg.Limits, Outage: a.outage,
+		Limits: cfg.Limits, Outage: a.outage, PublicURL: cfg.PublicURL,
 		Ready: func() error {
 			if a.stopping.Load() {
 				return errors.New("shutting down")
@@ -233,7 +239,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	// The dashboard is static files calling /v1 from the browser; / leads to it.
 	root := http.NewServeMux()
 	root.Handle("/", handler)
-	root.Handle("GET /ui/", ui.Handler())
+	root.Handle("GET /ui/", ui.Handler(cfg.FrameAncestors))
 	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	a.http = cfg.HTTP.server(api.Wrap(cfg.Log, root), cfg.Log)
 	return a, nil

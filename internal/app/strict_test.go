@@ -123,14 +123,10 @@ func TestFarTimesKeepTheirOrder(t *testing.T) {
 	if ds := list["data"].([]any); len(ds) != 1 {
 		t.Errorf("deliveries from 1970 to 9999: %d, want 1", len(ds))
 	}
-	job := e.admin.Must(202, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": "9999-12-31T23:59:59Z"})["job_id"].(string)
-	var j map[string]any
-	testenv.Eventually(t, 10*time.Second, "replay job done", func() bool {
-		j = e.admin.Must(200, "GET", "/v1/replays/"+job, nil)
-		return j["state"] == "done"
-	})
-	if j["replayed"].(float64) != 0 {
-		t.Errorf("replay since 9999 replayed %v, want 0", j["replayed"])
+	// A replay since 9999 is refused now (a start in the future), before the
+	// store could misread it; the store's far times are held by storetest FarTimes.
+	if st, out := e.admin.Do("POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": "9999-12-31T23:59:59Z"}); st != 422 || errField(out) != "since" {
+		t.Errorf("replay since 9999: %d %v, want 422 naming since", st, out)
 	}
 	if d := e.admin.Must(200, "GET", "/v1/deliveries/"+dl, nil); d["state"] != "failed" || rc.Count() != 1 {
 		t.Errorf("after a replay since 9999: state %v, %d requests; want failed and 1", d["state"], rc.Count())

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +48,37 @@ func browser(t *testing.T) context.Context {
 	if err := chromedp.Do(ctx); err != nil { // starts it
 		t.Fatalf("starting %s: %v", path, err)
 	}
+	watchPage(t, ctx)
 	return ctx
+}
+
+// watchPage fails the test, when it ends, on anything the page reported
+// that it should not: an uncaught exception, or a Content-Security-Policy
+// violation (the policy would have blocked the dashboard's own code).
+// Failed requests are not problems: tests ask for 401s and 404s.
+func watchPage(t *testing.T, ctx context.Context) {
+	var mu sync.Mutex
+	var problems []string
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
+				mu.Lock()
+				problems = append(problems, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			t.Errorf("the page reported: %s", p)
+		}
+	})
 }
 
 // do runs browser steps, failing the test with what was being done.
@@ -173,10 +204,16 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("payload shown = %q (title %q), want the script tag as text", payload, title)
 	}
 
-	// Pause and resume change the store.
-	do(t, ctx, "pausing",
+	// Pause asks once, then changes the store; resume changes it back.
+	do(t, ctx, "asking to pause",
 		chromedp.Navigate(e.base+"/ui/#/subscriptions/"+okSub),
 		chromedp.Click(chromedp.CSS("#pause")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	if s := e.admin.Must(200, "GET", "/v1/subscriptions/"+okSub, nil)["state"]; s != "active" {
+		t.Errorf("before confirming, the subscription is %v, want active", s)
+	}
+	do(t, ctx, "pausing",
+		chromedp.Click(chromedp.CSS("#confirm")),
 		chromedp.WaitVisible(chromedp.CSS("#resume")))
 	if s := e.admin.Must(200, "GET", "/v1/subscriptions/"+okSub, nil)["state"]; s != "paused" {
 		t.Errorf("after Pause the subscription is %v, want paused", s)

@@ -12,7 +12,7 @@ import (
 // with its own content type (nosniff makes a wrong one fatal).
 func TestServesAssetsWithPolicy(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /ui/", Handler())
+	mux.Handle("GET /ui/", Handler(nil))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for path, want := range map[string]string{
@@ -46,5 +46,27 @@ func TestServesAssetsWithPolicy(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Errorf("a missing file answers %d, want 404", resp.StatusCode)
+	}
+}
+
+// Framing: none by default; an operator's origins only when named, each
+// checked to be an origin so the policy cannot be bent.
+func TestFrameAncestors(t *testing.T) {
+	if got := csp(nil); !strings.HasSuffix(got, "frame-ancestors 'none'") {
+		t.Errorf("default policy %q, want frame-ancestors 'none'", got)
+	}
+	if got := csp([]string{"https://app.example.com", "https://b.example:8443"}); !strings.HasSuffix(got, "frame-ancestors https://app.example.com https://b.example:8443") {
+		t.Errorf("policy %q", got)
+	}
+	for _, ok := range []string{"https://app.example.com", "http://localhost:3000", "https://app.example.com/"} {
+		if _, err := ParseOrigin(ok); err != nil {
+			t.Errorf("ParseOrigin(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "*", "app.example.com", "https://*.example.com", "https://a.example.com/path",
+		"https://a.example.com; script-src *", "javascript:alert(1)", "https://u:p@a.example.com", "https://a.example.com?x"} {
+		if _, err := ParseOrigin(bad); err == nil {
+			t.Errorf("ParseOrigin(%q) accepted it", bad)
+		}
 	}
 }

@@ -1,0 +1,170 @@
+package app
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"hookd/internal/api"
+	"hookd/internal/core"
+	"hookd/internal/testenv"
+)
+
+// portalToken is the token in a portal link's fragment.
+func portalToken(t *testing.T, url string) string {
+	t.Helper()
+	_, token, ok := strings.Cut(url, "/ui/#/portal/")
+	if !ok || !strings.HasPrefix(token, "pt_") {
+		t.Fatalf("portal link %q does not carry a token in its fragment", url)
+	}
+	return token
+}
+
+// exchange posts a portal token to /portal/session.
+func (e *env) exchange(token string) (int, map[string]any) {
+	anon := &testenv.Client{T: e.t, Base: e.base}
+	return anon.Do("POST", "/portal/session", map[string]any{"token": token})
+}
+
+// storeLink writes a portal link expiring at expires straight into the
+// store (the API refuses lifetimes under a minute) and returns its token.
+func (e *env) storeLink(tenant string, expires time.Time) string {
+	e.t.Helper()
+	token := api.NewToken("pt_")
+	l := core.PortalLink{ID: core.NewID("ptl"), TenantID: tenant, Hash: api.HashKey(token), CreatedAt: time.Now().UTC(), ExpiresAt: expires}
+	if err := e.app.store.PortalLinkCreate(e.t.Context(), l); err != nil {
+		e.t.Fatal(err)
+	}
+	return token
+}
+
+// A portal link: made by the admin or the tenant's key, for that tenant
+// only; exchanged once for a session of that tenant alone, which cannot
+// post events, hold keys, hand out links or read the audit log, and ends
+// when the link expires. A second use, an expired link, an unknown one
+// fail.
+func TestPortalLinkAPI(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	acme, globex := e.tenantKey("acme"), e.tenantKey("globex")
+	rc := testenv.NewReceiver(t)
+	mine, _ := e.subscribe(acme, rc.URL, []string{"*"}, nil)
+	theirs, _ := e.subscribe(globex, rc.URL, []string{"*"}, nil)
+
+	before := time.Now()
+	link := e.admin.Must(http.StatusCreated, "POST", "/v1/tenants/acme/portal-link", nil)
+	exp, _ := time.Parse(time.RFC3339Nano, link["expires_at"].(string))
+	if !strings.HasPrefix(link["url"].(string), e.base+"/ui/#/portal/pt_") || exp.Sub(before) < 59*time.Minute || exp.Sub(before) > 61*time.Minute {
+		t.Errorf("link %v: want %s/ui/#/portal/pt_… expiring in an hour", link, e.base)
+	}
+	own := acme.Must(http.StatusCreated, "POST", "/v1/tenants/acme/portal-link", map[string]any{"expires_in": 600})
+	for _, c := range []struct {
+		client *testenv.Client
+		path   string
+		body   any
+		status int
+		field  string
+	}{
+		{globex, "/v1/tenants/acme/portal-link", nil, 404, ""},
+		{e.admin, "/v1/tenants/nobody/portal-link", nil, 404, ""},
+		{e.admin, "/v1/tenants/acme/portal-link", map[string]any{"expires_in": 30}, 422, "expires_in"},
+		{e.admin, "/v1/tenants/acme/portal-link", map[string]any{"expires_in": 86401}, 422, "expires_in"},
+		{e.admin, "/v1/tenants/acme/portal-link", `{"expires_in":"1h"}`, 400, "expires_in"},
+		{e.admin, "/v1/tenants/acme/portal-link", `{"expires":60}`, 400, "expires"},
+		{&testenv.Client{T: t, Base: e.base}, "/v1/tenants/acme/portal-link", nil, 401, ""},
+	} {
+		if st, out := c.client.Do("POST", c.path, c.body); st != c.status || errField(out) != c.field {
+			t.Errorf("POST %s %v: %d %v, want %d naming %q", c.path, c.body, st, out, c.status, c.field)
+		}
+	}
+
+	st, session := e.exchange(portalToken(t, own["url"].(string)))
+	if st != http.StatusCreated || session["tenant_id"] != "acme" || session["expires_at"] != own["expires_at"] {
+		t.Fatalf("exchange: %d %v, want acme's session expiring with its link (%v)", st, session, own["expires_at"])
+	}
+	portal := &testenv.Client{T: t, Base: e.base, Token: session["api_key"].(string)}
+	// Its tenant only.
+	if list := portal.Must(http.StatusOK, "GET", "/v1/subscriptions?include=health", nil)["data"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != mine {
+		t.Errorf("the portal lists %v, want acme's one subscription", list)
+	}
+	for _, path := range []string{"/v1/subscriptions/" + theirs, "/v1/subscriptions?tenant_id=globex", "/v1/events?tenant_id=globex"} {
+		if st, _ := portal.Do("GET", path, nil); st != http.StatusNotFound {
+			t.Errorf("portal GET %s: %d, want 404", path, st)
+		}
+	}
+	portal.Must(http.StatusOK, "PATCH", "/v1/subscriptions/"+mine, map[string]any{"state": "paused"})
+	// Nothing the platform keeps to itself.
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}}},
+		{"POST", "/v1/tenants/acme/keys", map[string]any{}},
+		{"GET", "/v1/tenants/acme/keys", nil},
+		{"POST", "/v1/tenants/acme/portal-link", nil},
+		{"GET", "/v1/audit", nil},
+		{"GET", "/v1/tenants", nil},
+	} {
+		if st, out := portal.Do(c.method, c.path, c.body); st != http.StatusForbidden || errCode(out) != "forbidden" {
+			t.Errorf("portal %s %s: %d %v, want 403", c.method, c.path, st, out)
+		}
+	}
+	if n := rc.Count(); n != 0 {
+		t.Errorf("the receiver got %d requests: a portal session posted an event", n)
+	}
+
+	// Once only; unknown and expired links fail alike.
+	for name, token := range map[string]string{
+		"second use": portalToken(t, own["url"].(string)),
+		"unknown":    "pt_nothing",
+		"expired":    e.storeLink("acme", time.Now().Add(-time.Second)),
+	} {
+		if st, out := e.exchange(token); st != http.StatusUnauthorized || errCode(out) != "unauthorized" {
+			t.Errorf("%s: %d %v, want 401", name, st, out)
+		}
+	}
+	anon := &testenv.Client{T: t, Base: e.base}
+	if st, out := anon.Do("POST", "/portal/session", map[string]any{}); st != 422 || errField(out) != "token" {
+		t.Errorf("no token: %d %v, want 422 naming token", st, out)
+	}
+	if st, out := anon.Do("POST", "/portal/session", `{"token":`); st != 400 {
+		t.Errorf("broken body: %d %v, want 400", st, out)
+	}
+
+	// The session ends with its link.
+	short := e.storeLink("acme", time.Now().Add(1500*time.Millisecond))
+	st, session = e.exchange(short)
+	if st != http.StatusCreated {
+		t.Fatalf("exchanging a short link: %d %v", st, session)
+	}
+	brief := &testenv.Client{T: t, Base: e.base, Token: session["api_key"].(string)}
+	brief.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)
+	testenv.Eventually(t, 10*time.Second, "the session to end with its link", func() bool {
+		st, _ := brief.Do("GET", "/v1/subscriptions", nil)
+		return st == http.StatusUnauthorized
+	})
+
+	// The sessions are keys of the tenant's, named and scoped portal, and audited.
+	portals := 0
+	for _, k := range e.keys(acme, "acme") {
+		if k["scope"] == "portal" {
+			portals++
+			if k["name"] != "portal" || k["expires_at"] == nil {
+				t.Errorf("portal key %v, want named portal and expiring", k)
+			}
+		} else if k["scope"] != "tenant" {
+			t.Errorf("key %v: scope %v", k["id"], k["scope"])
+		}
+	}
+	if portals != 2 {
+		t.Errorf("acme has %d portal keys, want 2 (one per exchange)", portals)
+	}
+	if n := len(auditRows(t, acme, "&action=portal.link")); n != 2 {
+		t.Errorf("%d portal.link entries of acme, want 2", n)
+	}
+	sessions := auditRows(t, e.admin, "&action=portal.session")
+	if len(sessions) != 2 || sessions[0]["actor"] != "portal" || sessions[0]["tenant_id"] != "acme" {
+		t.Errorf("portal.session entries %v, want 2 of acme by the portal", sessions)
+	}
+}
