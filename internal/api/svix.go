@@ -202,12 +202,15 @@ func errNotImplemented(what string) *apiError {
 }
 
 // svixRoute registers an authenticated Svix handler: the same tokens as
-// /v1, its errors in Svix's shape.
+// /v1 and the same portal rule (portalCheck), its errors in Svix's shape.
 func (s *Server) svixRoute(pattern string, h handler) { s.svixRouteCounted(pattern, h, nil) }
 
 func (s *Server) svixRouteCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+		if err == nil {
+			err = portalCheck(p, pattern)
+		}
 		if err == nil {
 			r = r.WithContext(audit.WithActor(r.Context(), audit.Actor{ID: p.actor(), Addr: r.RemoteAddr}))
 			err = h(w, r, p)
