@@ -25,17 +25,45 @@ const (
 	maxPortalLink     = 24 * time.Hour
 )
 
-// portalDenied are the routes a portal session may not call: a platform's
-// customer reads and manages its endpoints and deliveries, but does not
-// post events in the platform's name, hold keys, hand out links, or read
-// where the platform's own calls came from.
+// portalDenied are the routes, of both APIs, a portal session may not
+// call: a platform's customer reads and manages its endpoints and
+// deliveries (rotating a secret shows the new one once), but does not
+// post events in the platform's name, read a stored signing secret (with
+// it a leaked link could sign forged events), hold keys, hand out links,
+// read where the platform's own calls came from, or change its
+// application or the organisation's event types. It is the one table:
+// route and svixRoute both ask portalCheck.
 var portalDenied = map[string]bool{
-	"POST /v1/events":                       true,
+	// Posting events.
+	"POST /v1/events":               true,
+	"POST /api/v1/app/{app_id}/msg": true,
+	// Reading a stored signing secret.
+	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret": true,
+	// Keys and links: credentials that outlive the session.
 	"POST /v1/tenants/{id}/keys":            true,
 	"GET /v1/tenants/{id}/keys":             true,
 	"DELETE /v1/tenants/{id}/keys/{key_id}": true,
 	"POST /v1/tenants/{id}/portal-link":     true,
-	"GET /v1/audit":                         true,
+	// The platform's audit log.
+	"GET /v1/audit": true,
+	// Applications (tenants) and event types (organisation-wide).
+	"POST /api/v1/app":                            true,
+	"PUT /api/v1/app/{app_id}":                    true,
+	"PATCH /api/v1/app/{app_id}":                  true,
+	"DELETE /api/v1/app/{app_id}":                 true,
+	"POST /api/v1/event-type":                     true,
+	"PUT /api/v1/event-type/{event_type_name}":    true,
+	"PATCH /api/v1/event-type/{event_type_name}":  true,
+	"DELETE /api/v1/event-type/{event_type_name}": true,
+}
+
+// portalCheck refuses p the route registered as pattern if p is a portal
+// session and the route is one portalDenied names.
+func portalCheck(p principal, pattern string) error {
+	if p.portal && portalDenied[pattern] {
+		return errPortalForbidden
+	}
+	return nil
 }
 
 var errPortalForbidden = &apiError{Status: http.StatusForbidden, Code: "forbidden",

@@ -218,8 +218,8 @@ func (s *Server) route(pattern string, h handler) { s.routeCounted(pattern, h, n
 func (s *Server) routeCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
-		if err == nil && p.portal && portalDenied[pattern] {
-			err = errPortalForbidden
+		if err == nil {
+			err = portalCheck(p, pattern)
 		}
 		if err == nil {
 			err = badText(r)

@@ -76,8 +76,8 @@ func (s *Server) svixRoutes() {
 
 // svixOther answers a path under Svix's API that hookd has no route for.
 func svixOther(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := svixUnsupported.Handler(r); pattern != "" {
-		writeJSON(w, http.StatusNotImplemented, svixBody(errNotImplemented(pattern)))
+	if route := svixUnsupported(r); route != "" {
+		writeJSON(w, http.StatusNotImplemented, svixBody(errNotImplemented(route)))
 		return
 	}
 	writeJSON(w, http.StatusNotFound, svixBody(&apiError{Status: http.StatusNotFound, Code: "not_found",
@@ -169,6 +169,62 @@ var SvixUnsupported = []string{
 	"POST /api/v1/transformation-template/oauth/discord",
 	"POST /api/v1/transformation-template/oauth/hubspot",
 	"POST /api/v1/transformation-template/oauth/slack",
+	// The npm client's (2.5.0) calls the Go SDK lacks, its internal ones too.
+	"POST /api/v1/auth/stream-portal-access/{stream_id}",
+	"POST /api/v1/auth/stream-logout",
+	"POST /api/v1/auth/stream/{stream_id}/expire-all",
+	"POST /api/v1/auth/stream/{stream_id}/sink/{sink_id}/poller/token/rotate",
+	"GET /api/v1/auth/stream/{stream_id}/sink/{sink_id}/poller/token",
+	"POST /api/v1/app/{app_id}/autoconfig",
+	"POST /api/v1/app/{app_id}/autoconfig/{autoconfig_id}/rotate",
+	"GET /api/v1/connector",
+	"POST /api/v1/connector",
+	"GET /api/v1/connector/{connector_id}",
+	"PUT /api/v1/connector/{connector_id}",
+	"DELETE /api/v1/connector/{connector_id}",
+	"PATCH /api/v1/connector/{connector_id}",
+	"GET /api/v1/app/{app_id}/destination",
+	"POST /api/v1/app/{app_id}/destination",
+	"GET /api/v1/app/{app_id}/destination/{destination_id}",
+	"PUT /api/v1/app/{app_id}/destination/{destination_id}",
+	"DELETE /api/v1/app/{app_id}/destination/{destination_id}",
+	"PATCH /api/v1/app/{app_id}/destination/{destination_id}",
+	"GET /api/v1/app/{app_id}/destination/{destination_id}/transformation",
+	"PATCH /api/v1/app/{app_id}/destination/{destination_id}/transformation",
+	"POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/bulk-replay",
+	"POST /api/v1/app/{app_id}/msg/bulk-expunge",
+	"GET /api/v1/stream/{stream_id}/sink/{sink_id}/headers",
+	"PATCH /api/v1/stream/{stream_id}/sink/{sink_id}/headers",
+	"GET /api/v1/stream/event-type",
+	"POST /api/v1/stream/event-type",
+	"GET /api/v1/stream/event-type/{name}",
+	"PUT /api/v1/stream/event-type/{name}",
+	"DELETE /api/v1/stream/event-type/{name}",
+	"PATCH /api/v1/stream/event-type/{name}",
+	"GET /api/v1/stream/{stream_id}/sink/{sink_id}/events",
+	"POST /api/v1/stream/{stream_id}/events",
+	"GET /api/v1/stream/{stream_id}/sink",
+	"POST /api/v1/stream/{stream_id}/sink",
+	"GET /api/v1/stream/{stream_id}/sink/{sink_id}",
+	"PUT /api/v1/stream/{stream_id}/sink/{sink_id}",
+	"DELETE /api/v1/stream/{stream_id}/sink/{sink_id}",
+	"PATCH /api/v1/stream/{stream_id}/sink/{sink_id}",
+	"GET /api/v1/stream/{stream_id}/sink/{sink_id}/secret",
+	"POST /api/v1/stream/{stream_id}/sink/{sink_id}/secret/rotate",
+	"GET /api/v1/stream/{stream_id}/sink/{sink_id}/transformation",
+	"PATCH /api/v1/stream/{stream_id}/sink/{sink_id}/transformation",
+	"GET /api/v1/stream",
+	"POST /api/v1/stream",
+	"GET /api/v1/stream/{stream_id}",
+	"PUT /api/v1/stream/{stream_id}",
+	"DELETE /api/v1/stream/{stream_id}",
+	"PATCH /api/v1/stream/{stream_id}",
+	"GET /api/v1/app/{app_id}/autoconfig/{autoconfig_id}",
+	"PUT /api/v1/app/{app_id}/autoconfig/{autoconfig_id}/destination",
+	"PUT /api/v1/app/{app_id}/autoconfig/{autoconfig_id}/endpoint",
+	"PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}/auto-config",
+	"GET /api/v1/app/{app_id}/polling-endpoint/{sink_id}/consumer/{consumer_id}",
+	"POST /api/v1/app/{app_id}/polling-endpoint/{sink_id}/consumer/{consumer_id}/commit",
 	"GET /ingest/api/v1/source",
 	"POST /ingest/api/v1/source",
 	"GET /ingest/api/v1/source/{source_id}",
@@ -185,16 +241,40 @@ var SvixUnsupported = []string{
 	"PUT /ingest/api/v1/source/{source_id}/endpoint/{endpoint_id}/headers",
 	"GET /ingest/api/v1/source/{source_id}/endpoint/{endpoint_id}/secret",
 	"POST /ingest/api/v1/source/{source_id}/endpoint/{endpoint_id}/secret/rotate",
+	"GET /ingest/api/v1/source/{source_id}/endpoint/{endpoint_id}/transformation",
+	"PATCH /ingest/api/v1/source/{source_id}/endpoint/{endpoint_id}/transformation",
 }
 
-// svixUnsupported matches a request against SvixUnsupported.
-var svixUnsupported = func() *http.ServeMux {
-	m := http.NewServeMux()
-	for _, p := range SvixUnsupported {
-		m.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
+// svixUnsupported is the route of SvixUnsupported that r matches ({name}
+// is one segment), the one with the most literal segments, or "". Not a
+// ServeMux: Svix's own routes overlap in ways it refuses to register
+// (GET /api/v1/stream/event-type/{name} and …/stream/{stream_id}/sink).
+func svixUnsupported(r *http.Request) string {
+	path := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	best, most := "", -1
+	for _, route := range SvixUnsupported {
+		method, pattern, _ := strings.Cut(route, " ")
+		segs := strings.Split(strings.Trim(pattern, "/"), "/")
+		if method != r.Method || len(segs) != len(path) {
+			continue
+		}
+		literal := 0
+		for i, seg := range segs {
+			if strings.HasPrefix(seg, "{") {
+				continue
+			}
+			if seg != path[i] {
+				literal = -1
+				break
+			}
+			literal++
+		}
+		if literal > most {
+			best, most = route, literal
+		}
 	}
-	return m
-}()
+	return best
+}
 
 func errNotImplemented(what string) *apiError {
 	return &apiError{Status: http.StatusNotImplemented, Code: "not_implemented",
@@ -202,12 +282,15 @@ func errNotImplemented(what string) *apiError {
 }
 
 // svixRoute registers an authenticated Svix handler: the same tokens as
-// /v1, its errors in Svix's shape.
+// /v1 and the same portal rule (portalCheck), its errors in Svix's shape.
 func (s *Server) svixRoute(pattern string, h handler) { s.svixRouteCounted(pattern, h, nil) }
 
 func (s *Server) svixRouteCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
+		if err == nil {
+			err = portalCheck(p, pattern)
+		}
 		if err == nil {
 			r = r.WithContext(audit.WithActor(r.Context(), audit.Actor{ID: p.actor(), Addr: r.RemoteAddr}))
 			err = h(w, r, p)

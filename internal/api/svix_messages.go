@@ -48,8 +48,10 @@ type svixMessageIn struct {
 }
 
 // svixCreateMessage posts an event. eventId, or else the idempotency-key
-// header, is its idempotency key: the same again answers 200 with the
-// first message and writes nothing.
+// header, is its idempotency key: the same again writes nothing and
+// answers the first message, 202 for a repeated header (Svix answers a
+// repeat with its first answer) and 200 for a repeated eventId (/v1's
+// answer; Svix's server answers 409 there, without the message).
 func (s *Server) svixCreateMessage(w http.ResponseWriter, r *http.Request, p principal) error {
 	var in svixMessageIn
 	if err := decodeJSON(w, r, &in, false); err != nil {
@@ -86,7 +88,7 @@ func (s *Server) svixCreateMessage(w http.ResponseWriter, r *http.Request, p pri
 		return err
 	}
 	status := http.StatusAccepted
-	if res.Duplicate {
+	if res.Duplicate && in.EventID != nil {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, toSvixMessage(stored, withContent(r)))

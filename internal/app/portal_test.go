@@ -41,8 +41,9 @@ func (e *env) storeLink(tenant string, expires time.Time) string {
 
 // A portal link: made by the admin or the tenant's key, for that tenant
 // only; exchanged once for a session of that tenant alone, which cannot
-// post events, hold keys, hand out links or read the audit log, and ends
-// when the link expires. A second use, an expired link, an unknown one
+// post events, hold keys, hand out links or read the audit log (nor, on
+// the Svix API, post messages, read a stored secret, or change its
+// application or event types), and ends when the link expires. A second use, an expired link, an unknown one
 // fail.
 func TestPortalLinkAPI(t *testing.T) {
 	t.Parallel()
@@ -112,6 +113,55 @@ func TestPortalLinkAPI(t *testing.T) {
 	}
 	if n := rc.Count(); n != 0 {
 		t.Errorf("the receiver got %d requests: a portal session posted an event", n)
+	}
+
+	// The same rule on the Svix API: its endpoints and deliveries, yes...
+	e.admin.Must(http.StatusCreated, "POST", "/api/v1/event-type", map[string]any{"name": "acme.kept", "description": "d"})
+	app := e.admin.Must(http.StatusOK, "GET", "/api/v1/app/acme", nil)
+	eps := portal.Must(http.StatusOK, "GET", "/api/v1/app/acme/endpoint", nil)["data"].([]any)
+	if len(eps) != 1 || eps[0].(map[string]any)["id"] != "ep_"+strings.TrimPrefix(mine, "sub_") {
+		t.Errorf("the portal lists Svix endpoints %v, want acme's one", eps)
+	}
+	portal.Must(http.StatusOK, "PATCH", "/api/v1/app/acme/endpoint/"+mine, map[string]any{"description": "by the customer"})
+	portal.Must(http.StatusNoContent, "POST", "/api/v1/app/acme/endpoint/"+mine+"/secret/rotate", map[string]any{})
+	portal.Must(http.StatusOK, "GET", "/api/v1/app/acme/attempt/endpoint/"+mine, nil)
+	if st, out := portal.Do("GET", "/api/v1/app/globex/endpoint", nil); st != http.StatusNotFound || svixCode(out) != "not_found" {
+		t.Errorf("portal GET globex's Svix endpoints: %d %v, want 404", st, out)
+	}
+	// ...messages, stored secrets, applications and event types, no.
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}}},
+		{"GET", "/api/v1/app/acme/endpoint/" + mine + "/secret", nil},
+		{"POST", "/api/v1/app", map[string]any{"name": "New", "uid": "portal-made"}},
+		{"PUT", "/api/v1/app/acme", map[string]any{"name": "Renamed"}},
+		{"PATCH", "/api/v1/app/acme", map[string]any{"name": "Renamed"}},
+		{"DELETE", "/api/v1/app/acme", nil},
+		{"POST", "/api/v1/event-type", map[string]any{"name": "acme.new", "description": "d"}},
+		{"PUT", "/api/v1/event-type/acme.kept", map[string]any{"description": "changed"}},
+		{"PATCH", "/api/v1/event-type/acme.kept", map[string]any{"description": "changed"}},
+		{"DELETE", "/api/v1/event-type/acme.kept", nil},
+	} {
+		if st, out := portal.Do(c.method, c.path, c.body); st != http.StatusForbidden || svixCode(out) != "insufficient access" || out["key"] != nil {
+			t.Errorf("portal %s %s: %d %v, want Svix's 403", c.method, c.path, st, out)
+		}
+	}
+	if msgs := e.admin.Must(http.StatusOK, "GET", "/api/v1/app/acme/msg", nil)["data"].([]any); len(msgs) != 0 {
+		t.Errorf("acme holds messages %v: a portal session posted one", msgs)
+	}
+	if got := e.admin.Must(http.StatusOK, "GET", "/api/v1/app/acme", nil); got["name"] != app["name"] || got["updatedAt"] != app["updatedAt"] {
+		t.Errorf("acme's application is %v, was %v", got, app)
+	}
+	if st, _ := e.admin.Do("GET", "/api/v1/app/portal-made", nil); st != http.StatusNotFound {
+		t.Errorf("the portal's application exists: %d", st)
+	}
+	if et := e.admin.Must(http.StatusOK, "GET", "/api/v1/event-type/acme.kept", nil); et["description"] != "d" || et["archived"] != false {
+		t.Errorf("event type acme.kept is %v, want unchanged", et)
+	}
+	if st, _ := e.admin.Do("GET", "/api/v1/event-type/acme.new", nil); st != http.StatusNotFound {
+		t.Errorf("the portal's event type exists: %d", st)
 	}
 
 	// Once only; unknown and expired links fail alike.

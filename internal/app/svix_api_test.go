@@ -1,12 +1,19 @@
 package app
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
+	"slices"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"hookd/internal/testenv"
+	"hookd/webhook"
 )
 
 // svixLoc is the field a Svix 422 names: its detail[0].loc.
@@ -183,5 +190,362 @@ func TestSvixEndpointStatsCountDeliveries(t *testing.T) {
 	}
 	if st, out := a.Do("GET", "/api/v1/app/stats/endpoint/ok/stats?since=2020-01-01T00:00:00Z", nil); st != 422 {
 		t.Errorf("a range over 400 days: %d %v, want 422", st, out)
+	}
+}
+
+// svixPostKeyed posts body with Svix's idempotency-key header (the
+// testenv client sends none).
+func (e *env) svixPostKeyed(path, key string, body any) (int, map[string]any) {
+	e.t.Helper()
+	buf, err := json.Marshal(body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req, err := http.NewRequest("POST", e.base+path, bytes.NewReader(buf))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]any{}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		e.t.Fatalf("POST %s: %v", path, err)
+	}
+	return resp.StatusCode, out
+}
+
+// withMarker is what rc got whose body holds marker.
+func withMarker(rc *testenv.Receiver, marker string) []testenv.Request {
+	var out []testenv.Request
+	for _, r := range rc.Requests() {
+		if bytes.Contains(r.Body, []byte(marker)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// svixHeaders is r's svix-* headers under the webhook-* names, so
+// webhook.Verify checks what Svix's libraries read.
+func svixHeaders(r testenv.Request) http.Header {
+	h := http.Header{}
+	for _, n := range []string{"id", "timestamp", "signature"} {
+		h.Set("webhook-"+n, r.Header.Get("svix-"+n))
+	}
+	return h
+}
+
+// msgIDs lists the ids of a Svix list answer.
+func msgIDs(out map[string]any) []string {
+	var ids []string
+	for _, m := range out["data"].([]any) {
+		ids = append(ids, m.(map[string]any)["id"].(string))
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// The migration path: an endpoint created with the secret its receiver
+// already has signs with it, under both header names, and GET …/secret
+// answers it (given bare or with whsec_).
+func TestSvixChosenSecretSignsDeliveries(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Moved", "uid": "moved"})
+	bare := base64.StdEncoding.EncodeToString([]byte("a secret exported from svix!")) // 28 bytes
+	secret := webhook.SecretPrefix + bare
+	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/moved/endpoint", map[string]any{"url": rc.URL, "secret": secret})["id"].(string)
+	if got := a.Must(http.StatusOK, "GET", "/api/v1/app/moved/endpoint/"+ep+"/secret", nil)["key"]; got != secret {
+		t.Fatalf("GET secret: %v, want the chosen %s", got, secret)
+	}
+	ep2 := a.Must(http.StatusCreated, "POST", "/api/v1/app/moved/endpoint", map[string]any{"url": rc.URL + "/bare", "secret": bare})["id"].(string)
+	if got := a.Must(http.StatusOK, "GET", "/api/v1/app/moved/endpoint/"+ep2+"/secret", nil)["key"]; got != secret {
+		t.Fatalf("GET the bare secret: %v, want %s", got, secret)
+	}
+	a.Must(http.StatusAccepted, "POST", "/api/v1/app/moved/msg", map[string]any{"eventType": "order.created", "payload": map[string]any{"marker": "moved-1"}})
+	testenv.Eventually(t, 10*time.Second, "both deliveries", func() bool { return len(withMarker(rc, "moved-1")) == 2 })
+	for _, r := range withMarker(rc, "moved-1") {
+		id, ts := r.Header.Get("svix-id"), r.Header.Get("svix-timestamp")
+		if got, want := r.Header.Get("svix-signature"), independentSignature(t, secret, id, ts, r.Body); got != want {
+			t.Errorf("svix-signature %q, want %q (HMAC under the chosen secret)", got, want)
+		}
+		if err := webhook.Verify(secret, svixHeaders(r), r.Body, time.Now(), 0); err != nil {
+			t.Errorf("the svix-* headers do not verify under the chosen secret: %v", err)
+		}
+		if err := webhook.Verify(secret, r.Header, r.Body, time.Now(), 0); err != nil {
+			t.Errorf("the webhook-* headers do not verify under the chosen secret: %v", err)
+		}
+	}
+}
+
+// A repeated eventId, or a repeated idempotency-key header, answers the
+// first message and writes nothing: 200 for eventId (as /v1), 202 for the
+// header (Svix answers a repeat with its first answer).
+func TestSvixRepeatedMessageAnswersTheFirst(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Idem", "uid": "idem"})
+	a.Must(http.StatusCreated, "POST", "/api/v1/app/idem/endpoint", map[string]any{"url": rc.URL})
+	msg := func(marker string) map[string]any {
+		return map[string]any{"eventType": "order.created", "payload": map[string]any{"marker": marker}}
+	}
+	byID := msg("by-event-id")
+	byID["eventId"] = "order-1"
+	first := a.Must(http.StatusAccepted, "POST", "/api/v1/app/idem/msg", byID)
+	byID["payload"] = map[string]any{"marker": "changed-1"}
+	again := a.Must(http.StatusOK, "POST", "/api/v1/app/idem/msg", byID)
+	st, keyed := e.svixPostKeyed("/api/v1/app/idem/msg", "key-1", msg("by-header"))
+	if st != http.StatusAccepted {
+		t.Fatalf("a keyed message: %d %v", st, keyed)
+	}
+	st, keyedAgain := e.svixPostKeyed("/api/v1/app/idem/msg", "key-1", msg("changed-2"))
+	for _, c := range []struct {
+		name          string
+		status, want  int
+		first, repeat map[string]any
+		marker        string
+	}{
+		{"eventId", http.StatusOK, http.StatusOK, first, again, "by-event-id"},
+		{"idempotency-key", st, http.StatusAccepted, keyed, keyedAgain, "by-header"},
+	} {
+		payload, _ := c.repeat["payload"].(map[string]any)
+		if c.status != c.want || c.repeat["id"] != c.first["id"] || payload["marker"] != c.marker {
+			t.Errorf("a repeated %s: %d %v, want %d and the first message %v", c.name, c.status, c.repeat, c.want, c.first)
+		}
+	}
+	if ids := msgIDs(a.Must(http.StatusOK, "GET", "/api/v1/app/idem/msg", nil)); !slices.Equal(ids, sorted(first["id"].(string), keyed["id"].(string))) {
+		t.Fatalf("messages %v, want the first two only", ids)
+	}
+	for _, m := range []map[string]any{first, keyed} {
+		ev := a.Must(http.StatusOK, "GET", "/v1/events/evt_"+strings.TrimPrefix(m["id"].(string), "msg_"), nil)
+		if n := len(ev["deliveries"].([]any)); n != 1 {
+			t.Errorf("event %v has %d deliveries, want 1", ev["id"], n)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "the two messages delivered", func() bool { return rc.Count() >= 2 })
+	if n := len(withMarker(rc, "changed-")); n != 0 {
+		t.Errorf("the receiver got %d repeats", n)
+	}
+}
+
+// A message list filters by before, after and event_types (repeated or
+// comma-separated); channel and tag filters, and channels on a message,
+// answer 501 and write nothing.
+func TestSvixMessageListFilters(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Filters", "uid": "flt"})
+	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/flt/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	var ids []string
+	var times []time.Time
+	for _, typ := range []string{"a.one", "a.two", "a.one"} {
+		m := a.Must(http.StatusAccepted, "POST", "/api/v1/app/flt/msg", map[string]any{"eventType": typ, "payload": map[string]any{}})
+		ts, err := time.Parse(time.RFC3339Nano, m["timestamp"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, times = append(ids, m["id"].(string)), append(times, ts)
+	}
+	afterFirst := times[0].Add(time.Microsecond).Format(time.RFC3339Nano)
+	beforeLast := times[2].Add(-time.Microsecond).Format(time.RFC3339Nano)
+	for _, c := range []struct {
+		query string
+		want  []string
+	}{
+		{"", sorted(ids...)},
+		{"event_types=a.one", sorted(ids[0], ids[2])},
+		{"event_types=a.one,a.two", sorted(ids...)},
+		{"event_types=a.two&event_types=a.one", sorted(ids...)},
+		{"event_types=a.three", nil},
+		{"after=" + afterFirst, sorted(ids[1], ids[2])},
+		{"before=" + beforeLast, sorted(ids[0], ids[1])},
+		{"after=" + afterFirst + "&before=" + beforeLast, sorted(ids[1])},
+		{"after=" + afterFirst + "&event_types=a.one", sorted(ids[2])},
+	} {
+		if got := msgIDs(a.Must(http.StatusOK, "GET", "/api/v1/app/flt/msg?"+c.query, nil)); !slices.Equal(got, c.want) {
+			t.Errorf("messages ?%s: %v, want %v", c.query, got, c.want)
+		}
+	}
+	if st, out := a.Do("GET", "/api/v1/app/flt/msg?after=yesterday", nil); st != 422 || svixLoc(out) != "query.after" {
+		t.Errorf("after=yesterday: %d %v, want 422 naming after", st, out)
+	}
+	for _, path := range []string{"/api/v1/app/flt/msg?channel=c", "/api/v1/app/flt/msg?tag=t",
+		"/api/v1/app/flt/attempt/endpoint/" + ep + "?channel=c", "/api/v1/app/flt/attempt/msg/" + ids[0] + "?tag=t",
+		"/api/v1/app/flt/endpoint/" + ep + "/msg?channel=c"} {
+		if st, out := a.Do("GET", path, nil); st != http.StatusNotImplemented || svixCode(out) != "not_implemented" {
+			t.Errorf("GET %s: %d %v, want 501", path, st, out)
+		}
+	}
+	if st, out := a.Do("POST", "/api/v1/app/flt/msg", map[string]any{"eventType": "a.one", "payload": map[string]any{}, "channels": []string{"c"}}); st != http.StatusNotImplemented || svixCode(out) != "not_implemented" {
+		t.Errorf("a message with channels: %d %v, want 501", st, out)
+	}
+	if got := msgIDs(a.Must(http.StatusOK, "GET", "/api/v1/app/flt/msg", nil)); len(got) != 3 {
+		t.Errorf("after the 501s the application holds %d messages, want 3", len(got))
+	}
+}
+
+// ListByMsg with endpoint_id lists that endpoint's attempts only.
+func TestSvixAttemptsByMessageForOneEndpoint(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc1, rc2 := testenv.NewReceiver(t), testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Two", "uid": "two"})
+	ep1 := a.Must(http.StatusCreated, "POST", "/api/v1/app/two/endpoint", map[string]any{"url": rc1.URL})["id"].(string)
+	ep2 := a.Must(http.StatusCreated, "POST", "/api/v1/app/two/endpoint", map[string]any{"url": rc2.URL, "uid": "second"})["id"].(string)
+	msg := a.Must(http.StatusAccepted, "POST", "/api/v1/app/two/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}})["id"].(string)
+	attempts := func(query string) []map[string]any {
+		var out []map[string]any
+		for _, x := range a.Must(http.StatusOK, "GET", "/api/v1/app/two/attempt/msg/"+msg+query, nil)["data"].([]any) {
+			out = append(out, x.(map[string]any))
+		}
+		return out
+	}
+	testenv.Eventually(t, 10*time.Second, "an attempt at each endpoint", func() bool { return len(attempts("")) == 2 })
+	for query, want := range map[string]string{"?endpoint_id=" + ep1: ep1, "?endpoint_id=" + ep2: ep2, "?endpoint_id=second": ep2} {
+		if got := attempts(query); len(got) != 1 || got[0]["endpointId"] != want || got[0]["msgId"] != msg {
+			t.Errorf("attempts %s: %v, want one at %s", query, got, want)
+		}
+	}
+	if st, out := a.Do("GET", "/api/v1/app/two/attempt/msg/"+msg+"?endpoint_id=ep_nothing", nil); st != 404 || svixCode(out) != "not_found" {
+		t.Errorf("an unknown endpoint_id: %d %v, want 404", st, out)
+	}
+}
+
+// Resend sends a delivered message to its endpoint again: the same
+// svix-id, signed afresh, and a second attempt listed.
+func TestSvixResendRedelivers(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Again", "uid": "again"})
+	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/again/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	secret := a.Must(http.StatusOK, "GET", "/api/v1/app/again/endpoint/"+ep+"/secret", nil)["key"].(string)
+	msg := a.Must(http.StatusAccepted, "POST", "/api/v1/app/again/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"marker": "resent"}})["id"].(string)
+	testenv.Eventually(t, 10*time.Second, "the first delivery's success", func() bool {
+		d := a.Must(http.StatusOK, "GET", "/api/v1/app/again/attempt/msg/"+msg, nil)["data"].([]any)
+		return len(d) == 1 && d[0].(map[string]any)["status"] == float64(0)
+	})
+	a.Must(http.StatusAccepted, "POST", "/api/v1/app/again/msg/"+msg+"/endpoint/"+ep+"/resend", nil)
+	testenv.Eventually(t, 10*time.Second, "the resent delivery", func() bool { return rc.Count() == 2 })
+	got := rc.Requests()
+	want := "evt_" + strings.TrimPrefix(msg, "msg_")
+	for i, r := range got {
+		if r.Header.Get("svix-id") != want || r.Header.Get("webhook-id") != want || !bytes.Contains(r.Body, []byte("resent")) {
+			t.Errorf("delivery %d: svix-id %q, webhook-id %q, body %s; want %s and the message", i, r.Header.Get("svix-id"), r.Header.Get("webhook-id"), r.Body, want)
+		}
+		if err := webhook.Verify(secret, svixHeaders(r), r.Body, time.Now(), 0); err != nil {
+			t.Errorf("delivery %d does not verify: %v", i, err)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "two attempts listed", func() bool {
+		return len(a.Must(http.StatusOK, "GET", "/api/v1/app/again/attempt/msg/"+msg, nil)["data"].([]any)) == 2
+	})
+}
+
+// Recover with until resends the failed messages created in [since,
+// until) only.
+func TestSvixRecoverUntilReplaysOnlyTheWindow(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	var fixed atomic.Bool
+	rc.Respond = func(n int, w http.ResponseWriter, r *http.Request) {
+		if fixed.Load() {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest) // fails at once, no retries
+	}
+	a := e.admin
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Window", "uid": "win"})
+	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/win/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	failed := func(marker string) map[string]any {
+		m := a.Must(http.StatusAccepted, "POST", "/api/v1/app/win/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"marker": marker}})
+		testenv.Eventually(t, 10*time.Second, marker+" failed", func() bool {
+			d := a.Must(http.StatusOK, "GET", "/api/v1/app/win/attempt/msg/"+m["id"].(string), nil)["data"].([]any)
+			return len(d) == 1 && d[0].(map[string]any)["status"] == float64(2)
+		})
+		return m
+	}
+	failed("inside")
+	outside := failed("outside")
+	fixed.Store(true)
+	task := a.Must(http.StatusAccepted, "POST", "/api/v1/app/win/endpoint/"+ep+"/recover",
+		map[string]any{"since": since, "until": outside["timestamp"]})
+	var done map[string]any
+	testenv.Eventually(t, 10*time.Second, "the recover to finish", func() bool {
+		done = a.Must(http.StatusOK, "GET", "/api/v1/background-task/"+task["id"].(string), nil)
+		return done["status"] == "finished"
+	})
+	if n := done["data"].(map[string]any)["replayed"]; n != float64(1) {
+		t.Errorf("the recover replayed %v, want 1 (the message inside the window)", n)
+	}
+	testenv.Eventually(t, 10*time.Second, "inside resent", func() bool { return len(withMarker(rc, "inside")) == 2 })
+	if n := len(withMarker(rc, "outside")); n != 1 {
+		t.Errorf("the message at until was sent %d times, want once", n)
+	}
+	if d := a.Must(http.StatusOK, "GET", "/api/v1/app/win/attempt/msg/"+outside["id"].(string), nil)["data"].([]any); len(d) != 1 {
+		t.Errorf("the message at until has %d attempts, want 1", len(d))
+	}
+}
+
+// /v1 is unchanged by the Svix API: a subscription made through /v1 gets
+// no svix-* headers (one made through /api/v1 gets both, equal), and /v1
+// still refuses a member it does not know, such as Svix's eventId.
+func TestSvixHeadersOnlyForSvixEndpointsAndV1Unchanged(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	viaV1, viaSvix := testenv.NewReceiver(t), testenv.NewReceiver(t)
+	acme := e.tenantKey("acme")
+	e.subscribe(acme, viaV1.URL, []string{"*"}, nil)
+	acme.Must(http.StatusCreated, "POST", "/api/v1/app/acme/endpoint", map[string]any{"url": viaSvix.URL})
+	e.post(acme, "order.created", map[string]any{"n": 1})
+	testenv.Eventually(t, 10*time.Second, "both deliveries", func() bool { return viaV1.Count() == 1 && viaSvix.Count() == 1 })
+	v1, svix := viaV1.Requests()[0], viaSvix.Requests()[0]
+	for name := range v1.Header {
+		if strings.HasPrefix(strings.ToLower(name), "svix-") {
+			t.Errorf("the /v1 subscription got %s", name)
+		}
+	}
+	for _, n := range []string{"id", "timestamp", "signature"} {
+		if w, s := svix.Header.Get("webhook-"+n), svix.Header.Get("svix-"+n); w == "" || w != s {
+			t.Errorf("the Svix endpoint got webhook-%s %q and svix-%s %q, want both, equal", n, w, n, s)
+		}
+		if v1.Header.Get("webhook-"+n) == "" {
+			t.Errorf("the /v1 subscription got no webhook-%s", n)
+		}
+	}
+	for _, c := range []struct {
+		path  string
+		body  map[string]any
+		field string
+	}{
+		{"/v1/events", map[string]any{"type": "order.created", "payload": map[string]any{}, "eventId": "x"}, "eventId"},
+		{"/v1/subscriptions", map[string]any{"url": viaV1.URL, "event_types": []string{"*"}, "filterTypes": []string{"a.b"}}, "filterTypes"},
+	} {
+		if st, out := acme.Do("POST", c.path, c.body); st != http.StatusBadRequest || errField(out) != c.field {
+			t.Errorf("POST %s with %s: %d %v, want 400 naming it", c.path, c.field, st, out)
+		}
+	}
+	if n := len(acme.Must(http.StatusOK, "GET", "/v1/events", nil)["data"].([]any)); n != 1 {
+		t.Errorf("acme holds %d events, want the one", n)
+	}
+	if n := len(acme.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)["data"].([]any)); n != 2 {
+		t.Errorf("acme holds %d subscriptions, want the two", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,13 +14,18 @@ import (
 	"hookd/internal/testenv"
 )
 
-// supportRow is one row of docs/svix.md's table of SDK calls.
+// supportRow is one row of docs/svix.md's table of SDK calls: call is
+// its first name (the Go SDK's, else the npm client's), names all it gives.
 type supportRow struct {
 	call, method, path, state string
+	names                     []string
 	answer                    int
 }
 
-var supportLine = regexp.MustCompile("^\\| `([^`]+)`[^|]*\\| `([A-Z]+) (/[^`]+)` \\| (supported|partial|not supported) \\| (\\d{3}) \\|")
+var (
+	supportLine = regexp.MustCompile("^\\| (`([^`]+)`[^|]*)\\| `([A-Z]+) (/[^`]+)` \\| (supported|partial|not supported) \\| (\\d{3}) \\|")
+	backticked  = regexp.MustCompile("`([^`]+)`")
+)
 
 func supportTable(t *testing.T) []supportRow {
 	t.Helper()
@@ -34,12 +40,16 @@ func supportTable(t *testing.T) []supportRow {
 			continue
 		}
 		var answer int
-		for _, c := range m[5] {
+		for _, c := range m[6] {
 			answer = answer*10 + int(c-'0')
 		}
-		rows = append(rows, supportRow{call: m[1], method: m[2], path: m[3], state: m[4], answer: answer})
+		var names []string
+		for _, n := range backticked.FindAllStringSubmatch(m[1], -1) {
+			names = append(names, n[1])
+		}
+		rows = append(rows, supportRow{call: m[2], names: names, method: m[3], path: m[4], state: m[5], answer: answer})
 	}
-	if len(rows) < 80 {
+	if len(rows) < 140 {
 		t.Fatalf("docs/svix.md's table has %d rows; it lists every SDK call", len(rows))
 	}
 	return rows
@@ -152,10 +162,9 @@ func TestSvixSupportTable(t *testing.T) {
 			t.Errorf("%s is served but not in docs/svix.md's table", op)
 		}
 	}
-	// The npm client's resources the Go SDK lacks, and any other path under
-	// Svix's prefixes: Svix's 404.
-	for _, path := range []string{"/api/v1/no-such-thing", "/api/v1/connector", "/api/v1/stream/x/sink",
-		"/ingest/api/v1/source/x/endpoint/y/transformation"} {
+	// Any other path under Svix's prefixes: Svix's 404.
+	for _, path := range []string{"/api/v1/no-such-thing", "/api/v1/app/" + app + "/no-such-thing",
+		"/api/v1/stream/x/sink/y/nothing", "/ingest/api/v1/source/x/nothing"} {
 		if st, out := admin.Do("GET", path, nil); st != http.StatusNotFound || svixCode(out) != "not_found" {
 			t.Errorf("GET %s: %d %v, want Svix's 404", path, st, out)
 		}
@@ -211,4 +220,59 @@ func documentedSvixOperations(t *testing.T, base string) []string {
 		t.Fatalf("openapi.json documents %d /api/v1 operations", len(out))
 	}
 	return out
+}
+
+var (
+	npmMethod  = regexp.MustCompile(`\n  (?:public )?(?:async )?(\w+)\(`)
+	npmRequest = regexp.MustCompile(`new SvixRequest\(\s*HttpMethod\.(\w+),\s*"([^"]+)"`)
+)
+
+// docs/svix.md's table names every call of the npm client sdktest/node
+// installs, with its route: each method of its classes (src/api and
+// src/api_internal, named file.method) that makes a request.
+func TestSvixTableCoversNodeClient(t *testing.T) {
+	t.Parallel()
+	src := filepath.Join("..", "..", "sdktest", "node", "node_modules", "svix", "src")
+	if !exists(src) {
+		if os.Getenv("HOOKD_TEST_NODE") == "required" {
+			t.Fatalf("HOOKD_TEST_NODE=required but %s is missing (npm ci in sdktest/node)", src)
+		}
+		t.Skip("sdktest/node has no node_modules (run npm ci there)")
+	}
+	rows := map[string][]string{} // route: names
+	for _, r := range supportTable(t) {
+		rows[r.method+" "+r.path] = append(rows[r.method+" "+r.path], r.names...)
+	}
+	calls := 0
+	for _, dir := range []string{"api", "api_internal"} {
+		files, err := filepath.Glob(filepath.Join(src, dir, "*.ts"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			class := strings.TrimSuffix(filepath.Base(f), ".ts")
+			methods := npmMethod.FindAllSubmatchIndex(raw, -1)
+			for _, req := range npmRequest.FindAllSubmatchIndex(raw, -1) {
+				method := ""
+				for _, m := range methods {
+					if m[0] < req[0] {
+						method = string(raw[m[2]:m[3]])
+					}
+				}
+				name := class + "." + method
+				route := string(raw[req[2]:req[3]]) + " " + string(raw[req[4]:req[5]])
+				calls++
+				if !slices.Contains(rows[route], name) {
+					t.Errorf("the npm client's %s (%s, %s) is not in docs/svix.md's table (that route names %v)", name, route, dir, rows[route])
+				}
+			}
+		}
+	}
+	if calls < 140 {
+		t.Fatalf("found %d calls in the npm client: is %s still its source?", calls, src)
+	}
 }

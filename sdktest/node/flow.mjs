@@ -19,7 +19,7 @@ const receiver = http.createServer((req, res) => {
   const chunks = [];
   req.on("data", (c) => chunks.push(c));
   req.on("end", () => {
-    got.push({ headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
+    got.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks).toString("utf8") });
     res.writeHead(status).end();
   });
 });
@@ -36,10 +36,11 @@ async function eventually(what, cond) {
   }
 }
 
-// The deliveries whose body holds marker, once there are at least n.
-const deliveries = (marker, n) =>
+// The deliveries (to path, if given) whose body holds marker, once there
+// are at least n.
+const deliveries = (marker, n, path) =>
   eventually(`${n} deliveries of ${marker}`, () => {
-    const ds = got.filter((d) => d.body.includes(marker));
+    const ds = got.filter((d) => d.body.includes(marker) && (!path || d.path === path));
     return ds.length >= n && ds;
   });
 
@@ -104,6 +105,47 @@ await svix.message.create(app.id, { eventType: "order.created", payload: { marke
 const d3 = (await deliveries("m-three", 1))[0];
 verify(rotated, d3);
 verify(secret, d3); // the old secret signs for 24 h more
+
+// Moving off Svix: an endpoint made with the secret its receiver has
+// signs with it. Repeats answer the first message, lists filter, and
+// resend sends again (in an application of its own, so the counts above
+// stay as they are).
+const chosen = "whsec_" + Buffer.from("exported from svix's server").toString("base64");
+const moved = await svix.application.create({ name: "Node SDK moved", uid: "node-sdk-moved" });
+const movedEp = await svix.endpoint.create(moved.id, { url: `${url}/moved`, secret: chosen });
+await svix.endpoint.create(moved.id, { url: `${url}/other` });
+const create = (eventType, marker, eventId, idempotencyKey) =>
+  svix.message.create(moved.id, { eventType, payload: { marker }, eventId }, { idempotencyKey });
+const keyed = await create("order.created", "k-one", undefined, "node-sdk-key");
+assert.equal((await create("order.created", "k-repeat", undefined, "node-sdk-key")).id, keyed.id);
+verify(chosen, (await deliveries("k-one", 1, "/hook/moved"))[0]);
+// Past keyed's millisecond, so a time can fall between it and the next.
+await eventually("a millisecond after k-one", () => Date.now() > keyed.timestamp.getTime() + 1);
+const shipped = await create("order.shipped", "e-one", "node-sdk-event", "node-sdk-key-2");
+assert.equal((await create("order.shipped", "e-repeat", "node-sdk-event", "node-sdk-key-3")).id, shipped.id);
+verify(chosen, (await deliveries("e-one", 1, "/hook/moved"))[0]);
+
+const ids = async (opts) => (await svix.message.list(moved.id, opts)).data.map((m) => m.id).sort();
+const between = new Date(keyed.timestamp.getTime() + 1);
+assert.deepEqual(await ids({ eventTypes: ["order.shipped"] }), [shipped.id]);
+assert.deepEqual(await ids({ eventTypes: ["order.shipped", "order.created"] }), [keyed.id, shipped.id].sort());
+assert.deepEqual(await ids({ after: between }), [shipped.id]);
+assert.deepEqual(await ids({ before: between }), [keyed.id]);
+assert.deepEqual(await ids({ before: between, eventTypes: ["order.shipped"] }), []);
+
+// Attempts of one message at one endpoint; then resend it there.
+await eventually("k-one's attempt at each endpoint", async () =>
+  (await svix.messageAttempt.listByMsg(moved.id, keyed.id)).data.length === 2);
+const atMoved = await eventually("k-one's success at the moved endpoint", async () => {
+  const list = await svix.messageAttempt.listByMsg(moved.id, keyed.id, { endpointId: movedEp.id });
+  return list.data.length === 1 && list.data[0].status === 0 && list;
+});
+assert.equal(atMoved.data[0].endpointId, movedEp.id);
+await svix.messageAttempt.resend(moved.id, keyed.id, movedEp.id);
+const both = await deliveries("k-one", 2, "/hook/moved");
+assert.equal(both[1].headers["svix-id"], both[0].headers["svix-id"], "resent with the same svix-id");
+verify(chosen, both[1]);
+assert.equal(got.filter((d) => d.body.includes("repeat")).length, 0, "no repeated message was sent");
 
 // A call outside hookd's support answers Svix's error, not a crash.
 await assert.rejects(svix.integration.list(app.id), (e) => {
