@@ -2,12 +2,14 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -520,7 +522,8 @@ func TestDashboardFixEndpointFromTheList(t *testing.T) {
 	e.post(acme, "order.created", map[string]any{"n": 2})
 	testenv.Eventually(t, 10*time.Second, "the next event reaches the fixed URL", func() bool { return fixed.Count() == 2 })
 	testenv.Eventually(t, 10*time.Second, "the banner to say healthy", func() bool {
-		if strings.Contains(text(t, ctx, "#banner"), "Healthy") {
+		// Read in one step: a refresh may redraw the banner between a query and a read.
+		if strings.Contains(eval[string](t, ctx, `(document.getElementById('banner') || {}).textContent || ''`), "Healthy") {
 			return true
 		}
 		eval[bool](t, ctx, `(document.getElementById('refresh').click(), true)`)
@@ -745,5 +748,233 @@ func TestDashboardStatuses(t *testing.T) {
 	}
 	if cls := eval[string](t, ctx, `document.getElementById('banner').className`); !strings.Contains(cls, "st-unmatched") {
 		t.Errorf("the typo's banner is %q, want the warning colour (st-unmatched)", cls)
+	}
+}
+
+// The form offers the types the tenant has sent as checkboxes (hookd's own
+// left out) and saves the rate limit and a header, whose value reaches the
+// endpoint but is never shown back; Delete asks first: cancel keeps the
+// endpoint, confirm deletes it from the store.
+func TestDashboardFormAndDelete(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	e.post(e.admin, "order.created", map[string]any{})
+	e.post(e.admin, "invoice.paid", map[string]any{})
+	const credential = "s3cret-header-value"
+	signInAs(t, ctx, e.base, adminToken)
+	do(t, ctx, "the form", chromedp.Navigate(e.base+"/ui/#/new"), chromedp.WaitVisible(chromedp.CSS("#f-url")))
+	boxes := eval[[]string](t, ctx, `[...document.querySelectorAll('#endpoint-form .checks input[type=checkbox]')].map((c) => c.value)`)
+	if strings.Join(boxes, " ") != "invoice.paid order.created *" {
+		t.Errorf("the form's event-type checkboxes: %v, want the two types sent and every event", boxes)
+	}
+	do(t, ctx, "filling it in",
+		chromedp.SendKeys(chromedp.CSS("#f-url"), rc.URL+"/hooks"),
+		chromedp.Click(chromedp.CSS(`#endpoint-form input[value="invoice.paid"]`)),
+		chromedp.SetValue(chromedp.CSS("#f-rate"), "5"),
+		chromedp.SendKeys(chromedp.CSS("#h-name-0"), "X-Token"),
+		chromedp.SendKeys(chromedp.CSS("#h-value-0"), credential),
+		chromedp.Click(chromedp.CSS("#save")),
+		chromedp.WaitVisible(chromedp.CSS("#secret")))
+	subs := e.admin.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)["data"].([]any)
+	if len(subs) != 1 {
+		t.Fatalf("%d subscriptions after the form, want 1", len(subs))
+	}
+	s := subs[0].(map[string]any)
+	id := s["id"].(string)
+	if fmt.Sprint(s["event_types"]) != "[invoice.paid]" || s["rate_limit"] != float64(5) || fmt.Sprint(s["headers"]) != "map[X-Token:[redacted]]" {
+		t.Errorf("saved: event types %v, rate limit %v, headers %v; want [invoice.paid], 5, X-Token", s["event_types"], s["rate_limit"], s["headers"])
+	}
+	e.post(e.admin, "invoice.paid", map[string]any{})
+	testenv.Eventually(t, 10*time.Second, "the delivery arrives", func() bool { return rc.Count() == 1 })
+	if got := rc.Requests()[0].Header.Get("X-Token"); got != credential {
+		t.Errorf("the endpoint got X-Token %q, want the value typed in the form", got)
+	}
+
+	// Edit shows what is set, the header by name only.
+	do(t, ctx, "editing it", chromedp.Navigate(e.base+"/ui/#/subscriptions/"+id+"/edit"), chromedp.WaitVisible(shown("/subscriptions/"+id+"/edit")))
+	checked := eval[[]string](t, ctx, `[...document.querySelectorAll('#endpoint-form input[type=checkbox]:checked')].map((c) => c.value)`)
+	rate := eval[string](t, ctx, `document.getElementById('f-rate').value`)
+	values := eval[string](t, ctx, `[...document.querySelectorAll('input')].map((i) => i.value).join(' ') + document.body.innerText`)
+	if fmt.Sprint(checked) != "[invoice.paid]" || rate != "5" || !strings.Contains(text(t, ctx, "#endpoint-form"), "Now: X-Token") {
+		t.Errorf("the edit form: checked %v, rate %q, says %q", checked, rate, text(t, ctx, "#endpoint-form"))
+	}
+	do(t, ctx, "the endpoint's page", chromedp.Navigate(e.base+"/ui/#/subscriptions/"+id), chromedp.WaitVisible(shown("/subscriptions/"+id)))
+	values += eval[string](t, ctx, `document.body.innerText`)
+	if strings.Contains(values, credential) {
+		t.Error("the header's value is shown back")
+	}
+
+	exists := func() int {
+		st, _ := e.admin.Do("GET", "/v1/subscriptions/"+id, nil)
+		return st
+	}
+	do(t, ctx, "asking to delete, then cancelling",
+		chromedp.Click(chromedp.CSS("#delete")), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	if ask := text(t, ctx, ".confirm"); !strings.Contains(ask, "Delete this endpoint?") {
+		t.Errorf("the delete confirmation says %q", ask)
+	}
+	do(t, ctx, "cancelling", chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitNotPresent(chromedp.CSS(".confirm")))
+	if st := exists(); st != http.StatusOK {
+		t.Fatalf("after cancelling the delete the subscription answers %d, want 200", st)
+	}
+	do(t, ctx, "deleting",
+		chromedp.Click(chromedp.CSS("#delete")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(shown("/")))
+	if st := exists(); st != http.StatusNotFound {
+		t.Errorf("after confirming the delete the subscription answers %d, want 404", st)
+	}
+	if msg := text(t, ctx, "#flash"); !strings.Contains(msg, "Deleted "+rc.URL+"/hooks") {
+		t.Errorf("after deleting the page says %q", msg)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll('tr[data-id="`+id+`"]').length`); n != 0 {
+		t.Error("the deleted endpoint is still listed")
+	}
+}
+
+// The event log filters deliveries by state and by time range (to the
+// second, in the browser's zone), and keeps itself fresh: it says how old
+// what it shows is, and a new delivery appears without a reload.
+func TestDashboardLogFiltersAndRefresh(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	e := start(t, true)
+	ok, four := testenv.NewReceiver(t), status(t, http.StatusBadRequest, "no")
+	okSub, _ := e.subscribe(e.admin, ok.URL, []string{"*"}, nil)
+	badSub, _ := e.subscribe(e.admin, four.URL, []string{"order.*"}, nil)
+	// deliveries of an event, by subscription, and when it was created.
+	deliveries := func(evt string) (map[string]string, time.Time) {
+		out := e.admin.Must(http.StatusOK, "GET", "/v1/events/"+evt, nil)
+		ids := map[string]string{}
+		for _, d := range out["deliveries"].([]any) {
+			d := d.(map[string]any)
+			ids[d["subscription_id"].(string)] = d["id"].(string)
+		}
+		at, _ := time.Parse(time.RFC3339Nano, out["created_at"].(string))
+		return ids, at
+	}
+	first, firstAt := deliveries(e.post(e.admin, "order.created", map[string]any{}))
+	testenv.Eventually(t, 5*time.Second, "the clock past the first event's second", func() bool {
+		return time.Now().Truncate(time.Second).After(firstAt)
+	})
+	second, secondAt := deliveries(e.post(e.admin, "invoice.sent", map[string]any{}))
+	testenv.Eventually(t, 10*time.Second, "every delivery done", func() bool { return ok.Count() == 2 && four.Count() == 1 })
+	e.waitDelivery(first[badSub], "failed", 10*time.Second)
+
+	rows := func() string {
+		ids := eval[[]string](t, ctx, `[...document.querySelectorAll('table.log tbody tr')].map((r) => r.dataset.id)`)
+		return strings.Join(sorted(ids...), " ")
+	}
+	signInAs(t, ctx, e.base, adminToken)
+	do(t, ctx, "failed deliveries",
+		chromedp.Navigate(e.base+"/ui/#/log"), chromedp.WaitVisible(chromedp.CSS("#lf-state")),
+		chromedp.SetValue(chromedp.CSS("#lf-state"), "failed"), chromedp.Click(chromedp.CSS("#lf-apply")),
+		chromedp.WaitVisible(chromedp.CSS(`main[data-page="/log"] tr[data-id="`+first[badSub]+`"]`)))
+	if got := rows(); got != first[badSub] {
+		t.Errorf("failed deliveries: %s, want only %s", got, first[badSub])
+	}
+	// since and until from the second event's second: the first is before it.
+	for _, c := range []struct {
+		field string
+		want  []string
+	}{
+		{"lf-since", []string{second[okSub]}},
+		{"lf-until", []string{first[okSub], first[badSub]}},
+	} {
+		do(t, ctx, "deliveries by "+c.field, chromedp.Navigate(e.base+"/ui/#/log?tab=deliveries"), chromedp.WaitVisible(shown("/log")))
+		eval[bool](t, ctx, `(document.getElementById('`+c.field+`').value = inputValue(new Date('`+secondAt.Format(time.RFC3339Nano)+`')), true)`)
+		do(t, ctx, "filtering by "+c.field, chromedp.Click(chromedp.CSS("#lf-apply")),
+			chromedp.WaitVisible(chromedp.CSS(`main[data-page="/log"] tr[data-id="`+c.want[0]+`"]`)))
+		if got := rows(); got != strings.Join(sorted(c.want...), " ") {
+			t.Errorf("deliveries with %s at the second event: %s, want %v", c.field, got, c.want)
+		}
+	}
+
+	// Auto-refresh: the age of the page counts up, and a new delivery
+	// appears in the same page (a marker set in it survives).
+	do(t, ctx, "the whole log", chromedp.Navigate(e.base+"/ui/#/log"), chromedp.WaitVisible(shown("/log")))
+	eval[bool](t, ctx, `(window.marker = 'same page', document.activeElement.blur(), true)`)
+	testenv.Eventually(t, 5*time.Second, "the page to say how old it is", func() bool {
+		u := eval[string](t, ctx, `(document.getElementById('updated') || {}).textContent || ''`)
+		return strings.HasPrefix(u, "Updated ") && strings.HasSuffix(u, " s ago") && u != "Updated 0 s ago"
+	})
+	third, _ := deliveries(e.post(e.admin, "invoice.sent", map[string]any{}))
+	testenv.Eventually(t, 20*time.Second, "the new delivery to appear", func() bool {
+		return eval[int](t, ctx, `document.querySelectorAll('tr[data-id="`+third[okSub]+`"]').length`) == 1
+	})
+	if m := eval[string](t, ctx, `window.marker || ''`); m != "same page" {
+		t.Error("the page was reloaded to show the new delivery")
+	}
+}
+
+// A delivery's page shows what hookd sent (its headers, the signature cut
+// short and the endpoint's credential redacted, and the body) and, per
+// attempt, what came back (status, headers, body), and marks a replay and
+// the attempts after it.
+func TestDashboardDeliveryPage(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	rc.Respond = func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.Header().Set("X-Why", "busy")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte("try later"))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+	const credential = "secret-credential-value"
+	e.subscribe(e.admin, rc.URL, []string{"*"}, map[string]any{"headers": map[string]string{"X-Api-Key": credential}})
+	dlv := e.onlyDelivery(e.post(e.admin, "order.created", map[string]any{"note": "<b>é</b>"}))
+	e.waitDelivery(dlv, "failed", 10*time.Second)
+	sent := rc.Requests()[0]
+
+	signInAs(t, ctx, e.base, adminToken)
+	do(t, ctx, "opening the delivery", chromedp.Navigate(e.base+"/ui/#/deliveries/"+dlv), chromedp.WaitVisible(chromedp.CSS("#request-headers")))
+	headers := text(t, ctx, "#request-headers")
+	sig := sent.Header.Get("webhook-signature")
+	for _, w := range []string{"webhook-id: " + sent.Header.Get("webhook-id"), "webhook-signature: " + sig[:11] + "…", "X-Api-Key: [redacted]"} {
+		if !strings.Contains(headers, w) {
+			t.Errorf("the request's headers read %q, want %q", headers, w)
+		}
+	}
+	if strings.Contains(headers, sig) || strings.Contains(eval[string](t, ctx, `document.body.innerText`), credential) {
+		t.Errorf("the page shows the whole signature or the credential: %q", headers)
+	}
+	var shownBody, sentBody any
+	if err := json.Unmarshal([]byte(text(t, ctx, "#request-body")), &shownBody); err != nil {
+		t.Fatalf("the body shown is not the JSON sent: %v", err)
+	}
+	json.Unmarshal(sent.Body, &sentBody)
+	if !reflect.DeepEqual(shownBody, sentBody) {
+		t.Errorf("the body shown %v, the endpoint got %s", shownBody, sent.Body)
+	}
+	answer := text(t, ctx, `.attempt[data-n="1"]`)
+	for _, w := range []string{"HTTP 400 Bad Request", "X-Why: busy", "try later"} {
+		if !strings.Contains(answer, w) {
+			t.Errorf("attempt 1 reads %q, want %q", answer, w)
+		}
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll('.badge.replay').length`); n != 0 {
+		t.Errorf("%d replay marks before any replay", n)
+	}
+
+	do(t, ctx, "replaying", chromedp.Click(chromedp.CSS("#replay-delivery")), chromedp.WaitVisible(chromedp.CSS("#flash.info")))
+	e.waitDelivery(dlv, "delivered", 10*time.Second)
+	do(t, ctx, "reading it again", chromedp.Navigate(e.base+"/ui/#/"), chromedp.WaitVisible(shown("/")),
+		chromedp.Navigate(e.base+"/ui/#/deliveries/"+dlv), chromedp.WaitVisible(chromedp.CSS(`.attempt[data-n="2"]`)))
+	state := eval[string](t, ctx, `[...document.querySelectorAll('main dt')].find((dt) => dt.textContent === 'State').nextElementSibling.textContent`)
+	marks := eval[[]string](t, ctx, `[...document.querySelectorAll('.attempt')].map((a) => a.dataset.n + ':' + a.querySelectorAll('.badge.replay').length)`)
+	if !strings.Contains(state, "delivered") || !strings.Contains(state, "replayed") {
+		t.Errorf("the state reads %q, want delivered and marked replayed", state)
+	}
+	if fmt.Sprint(marks) != "[1:0 2:1]" {
+		t.Errorf("replay marks by attempt %v, want only attempt 2 marked after the replay", marks)
+	}
+	if a2 := text(t, ctx, `.attempt[data-n="2"]`); !strings.Contains(a2, "HTTP 204 No Content") || !strings.Contains(a2, "after the replay") {
+		t.Errorf("attempt 2 reads %q", a2)
 	}
 }

@@ -199,7 +199,7 @@ function nextTry(h) {
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   set(e, attrs);
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -210,7 +210,7 @@ const svgNS = 'http://www.w3.org/2000/svg';
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS(svgNS, tag);
   set(e, attrs);
-  for (const c of children.flat()) if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
   return e;
 }
 
@@ -671,8 +671,7 @@ async function subscriptionView(id, params) {
       'Delete this endpoint? ' + (h.pending ? 'Its ' + h.pending + ' waiting deliveries are skipped. ' : '') +
       'Nothing more is sent to it; its records stay for the retention window.', 'Delete', () => run(async () => {
         await api('DELETE', p);
-        location.hash = '#/';
-        flash('Deleted ' + s.url + '.', 'info');
+        await goTo('#/', 'Deleted ' + s.url + '.');
       })), 'danger'));
   async function change(body, ok) {
     await run(async () => { await api('PATCH', p, body); flash(ok, 'info'); });
@@ -799,8 +798,7 @@ function replayForm(p, s, h) {
       confirmPanel(form, n + ' failed or skipped deliveries since ' + exact(from) + (to ? ' until ' + exact(to) : '') +
         ' will be sent again, same webhook-id, at most 500 a second.' + still, 'Replay ' + n + ' deliveries', () => run(async () => {
         const job = await api('POST', p + '/replay', range);
-        flash('Replay started.', 'info');
-        location.hash = '#/replays/' + job.job_id;
+        await goTo('#/replays/' + job.job_id, 'Replay started.');
       }));
     });
   }},
@@ -810,6 +808,14 @@ function replayForm(p, s, h) {
   el('label', {for: 'replay-until'}, 'until (optional)'), until,
   el('button', {type: 'submit', id: 'replay-preview'}, 'Replay…'));
   return form;
+}
+
+// goTo shows another view, then a message: a hash change would route
+// (clearing any message) after it was shown.
+async function goTo(hash, msg) {
+  history.pushState(null, '', hash);
+  await route(true);
+  flash(msg, 'info');
 }
 
 // run does an action, showing its error.
@@ -864,8 +870,7 @@ async function formView(id) {
     try {
       const out = await api(id ? 'PATCH' : 'POST', id ? p : '/subscriptions', body);
       if (id) {
-        location.hash = '#/subscriptions/' + encodeURIComponent(id);
-        flash('Saved.', 'info');
+        await goTo('#/subscriptions/' + encodeURIComponent(id), 'Saved.');
         return;
       }
       main.replaceChildren(el('h1', {}, 'Endpoint added'), el('p', {}, out.url), secretBox(out.secret),
