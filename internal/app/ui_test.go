@@ -15,10 +15,11 @@ import (
 	"hookd/internal/testenv"
 )
 
-// browser starts a headless Chromium for one test. Without one the test
-// skips, unless HOOKD_TEST_BROWSER=required (CI installs Chromium and sets
-// it, so a missing install fails there instead of passing silently).
-func browser(t *testing.T) context.Context {
+// browser starts a headless Chromium for one test, with extra options
+// (e.g. its time zone). Without one the test skips, unless
+// HOOKD_TEST_BROWSER=required (CI installs Chromium and sets it, so a
+// missing install fails there instead of passing silently).
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := os.Getenv("HOOKD_TEST_CHROMIUM")
 	if path == "" {
@@ -41,6 +42,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.Flag("disable-quic", true),
 	)
+	opts = append(opts, extra...)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
 	ctx, cancelRun := context.WithTimeout(ctx, 2*time.Minute) // bounds the whole browser

@@ -350,3 +350,154 @@ func TestDeliveryShowsRequestAndAnswer(t *testing.T) {
 		t.Errorf("after a replay: replayed_at %v, round_start %v, %d attempts; want a time, 1 and 2", got["replayed_at"], got["round_start"], len(got["attempts"].([]any)))
 	}
 }
+
+// Minute stats come from the store, as hours and days do: a tenant's and a
+// subscription's agree, pending included; subscription_ids breaks them
+// down per subscription in one call (another tenant's counting nothing),
+// include=event_types adds the types sent; a day of minutes is the most
+// one call reads, and bad input answers 400 naming the field.
+func TestStatsByMinute(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	acme, globex := e.tenantKey("acme"), e.tenantKey("globex")
+	ok, four := testenv.NewReceiver(t), status(t, http.StatusBadRequest, "no")
+	good, _ := e.subscribe(acme, ok.URL, []string{"order.*"}, nil)
+	bad, _ := e.subscribe(acme, four.URL, []string{"order.*"}, nil)
+	held, _ := e.subscribe(acme, ok.URL+"/held", []string{"order.*"}, nil)
+	acme.Must(http.StatusOK, "PATCH", "/v1/subscriptions/"+held, map[string]any{"state": "paused"})
+	theirs, _ := e.subscribe(globex, ok.URL, []string{"*"}, nil)
+	for i := range 3 {
+		e.post(acme, "order.created", map[string]any{"i": i})
+	}
+	e.post(globex, "secret.thing", map[string]any{})
+	testenv.Eventually(t, 10*time.Second, "every delivery done", func() bool { return ok.Count() == 4 && four.Count() == 3 })
+	testenv.Eventually(t, 10*time.Second, "the 400s recorded", func() bool {
+		return acme.Must(http.StatusOK, "GET", "/v1/subscriptions/"+bad+"/health", nil)["failed"] == float64(3)
+	})
+
+	sum := func(data any) map[string]float64 {
+		out := map[string]float64{}
+		for _, b := range data.([]any) {
+			for k, v := range b.(map[string]any) {
+				if n, isNum := v.(float64); isNum {
+					out[k] += n
+				}
+			}
+		}
+		return out
+	}
+	all := acme.Must(http.StatusOK, "GET", "/v1/stats?granularity=minute", nil)
+	since, _ := time.Parse(time.RFC3339, all["since"].(string))
+	until, _ := time.Parse(time.RFC3339, all["until"].(string))
+	if n := len(all["data"].([]any)); all["granularity"] != "minute" || n != 60 || until.Sub(since) != time.Hour || until.Before(time.Now()) {
+		t.Errorf("minute stats: %v by %s from %v to %v; want the last hour's 60", n, all["granularity"], since, until)
+	}
+	if s := sum(all["data"]); s["delivered"] != 3 || s["failed"] != 3 || s["pending"] != 3 || s["attempts"] != 6 {
+		t.Errorf("acme's minutes add up to %v; want 3 delivered, 3 failed, 3 pending (paused), 6 attempts", s)
+	}
+
+	q := "granularity=minute&since=" + since.Format(time.RFC3339) + "&until=" + until.Format(time.RFC3339)
+	each := acme.Must(http.StatusOK, "GET", "/v1/stats?"+q+"&include=event_types&subscription_ids="+
+		strings.Join([]string{good, bad, held, theirs, good}, ","), nil)
+	var types []string
+	for _, ty := range each["event_types"].([]any) {
+		if !strings.HasPrefix(ty.(string), "hookd.") { // the 400s tell acme its endpoint fails
+			types = append(types, ty.(string))
+		}
+	}
+	if strings.Join(types, " ") != "order.created" {
+		t.Errorf("acme's event types in the stats: %v", each["event_types"])
+	}
+	parts := each["subscriptions"].([]any)
+	if len(parts) != 4 {
+		t.Fatalf("%d subscriptions apart, want 4 (the repeated one once): %v", len(parts), parts)
+	}
+	for i, id := range []string{good, bad, held, theirs} {
+		part := parts[i].(map[string]any)
+		if part["subscription_id"] != id {
+			t.Errorf("subscription %d apart is %v, want %s", i, part["subscription_id"], id)
+			continue
+		}
+		if id == theirs {
+			if s := sum(part["data"]); s["delivered"]+s["attempts"] != 0 {
+				t.Errorf("acme's stats count globex's subscription: %v", s)
+			}
+			continue
+		}
+		// Bucket by bucket what the subscription's own stats say.
+		own := acme.Must(http.StatusOK, "GET", "/v1/subscriptions/"+id+"/stats?"+q, nil)["data"].([]any)
+		for j, b := range part["data"].([]any) {
+			b, o := b.(map[string]any), own[j].(map[string]any)
+			for _, k := range []string{"start", "delivered", "failed", "skipped", "pending", "attempts"} {
+				if b[k] != o[k] {
+					t.Errorf("%s minute %d: %s %v apart, %v in its own stats", id, j, k, b[k], o[k])
+				}
+			}
+		}
+	}
+	if s := sum(parts[2].(map[string]any)["data"]); s["pending"] != 3 {
+		t.Errorf("the paused subscription's minutes: %v, want 3 pending", s)
+	}
+	if _, has := all["subscriptions"]; has {
+		t.Errorf("subscriptions apart without subscription_ids: %v", all["subscriptions"])
+	}
+
+	// A day of minutes at most; 200 subscriptions and 12,000 buckets across them.
+	day := "&since=2026-01-01T00:00:00Z&until=2026-01-02T00:00:00Z"
+	acme.Must(http.StatusOK, "GET", "/v1/stats?granularity=minute"+day, nil)
+	acme.Must(http.StatusOK, "GET", "/v1/subscriptions/"+good+"/stats?granularity=minute"+day, nil)
+	many := make([]string, 201)
+	for i := range many {
+		many[i] = fmt.Sprintf("sub_%d", i)
+	}
+	acme.Must(http.StatusOK, "GET", "/v1/stats?granularity=minute&subscription_ids="+strings.Join(many[:200], ","), nil)
+	for _, c := range []struct{ path, field string }{
+		{"/v1/stats?granularity=minute&since=2026-01-01T00:00:00Z&until=2026-01-02T00:01:00Z", "until"},
+		{"/v1/subscriptions/" + good + "/stats?granularity=minute&since=2026-01-01T00:00:00Z&until=2026-01-02T00:00:01Z", "until"},
+		{"/v1/stats?granularity=minute&since=" + url.QueryEscape(time.Now().Add(-25*time.Hour).Format(time.RFC3339)), "since"},
+		{"/v1/subscriptions/" + good + "/stats?granularity=minute&since=" + url.QueryEscape(time.Now().Add(-25*time.Hour).Format(time.RFC3339)), "since"},
+		{"/v1/stats?subscription_ids=", "subscription_ids"},
+		{"/v1/stats?subscription_ids=" + good + ",,", "subscription_ids"},
+		{"/v1/stats?subscription_ids=" + strings.Join(many, ","), "subscription_ids"},
+		{"/v1/stats?granularity=minute&subscription_ids=" + strings.Join(many[:10], ",") + day, "subscription_ids"},
+		{"/v1/stats?include=health", "include"},
+	} {
+		if st, out := acme.Do("GET", c.path, nil); st != http.StatusBadRequest || errField(out) != c.field {
+			t.Errorf("GET %s: %d %v, want 400 naming %s", c.path, st, out, c.field)
+		}
+	}
+}
+
+// Minute stats read the store, so every node of a cluster answers the
+// same ones, not only the node that sent (whose memory recent_attempts is).
+func TestMinuteStatsOnEveryNode(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	rc := receiverOn(t, a)
+	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
+	waitKnown(t, sub, present, a, b)
+	for i := range 4 {
+		a.post(a.admin, "order.created", map[string]any{"i": i})
+	}
+	testenv.Eventually(t, 10*time.Second, "the four delivered", func() bool { return rc.Count() == 4 })
+	path := "/v1/stats?granularity=minute&subscription_ids=" + sub
+	testenv.Eventually(t, 10*time.Second, "the results recorded", func() bool {
+		got := 0.0
+		for _, m := range a.admin.Must(http.StatusOK, "GET", path, nil)["subscriptions"].([]any)[0].(map[string]any)["data"].([]any) {
+			got += m.(map[string]any)["delivered"].(float64)
+		}
+		return got == 4
+	})
+	first := a.admin.Must(http.StatusOK, "GET", path, nil)
+	fixed := path + "&since=" + url.QueryEscape(first["since"].(string)) + "&until=" + url.QueryEscape(first["until"].(string))
+	delivered := func(n *env) []any {
+		var out []any
+		for _, m := range n.admin.Must(http.StatusOK, "GET", fixed, nil)["subscriptions"].([]any)[0].(map[string]any)["data"].([]any) {
+			out = append(out, m.(map[string]any)["delivered"])
+		}
+		return out
+	}
+	if fa, fb := fmt.Sprint(delivered(a)), fmt.Sprint(delivered(b)); fa != fb {
+		t.Errorf("node a's minutes %s, node b's %s; want the same", fa, fb)
+	}
+}

@@ -214,8 +214,15 @@ type Store interface {
 	// p.Width) plus the rows still there, read in one statement, so a
 	// bucket's counts are the same before and after a purge. Pending is
 	// live rows only; the latency is over the attempt rows still kept.
-	// An error if p is not a valid range (see DeliveryBucketsParams).
+	// Purge keeps nothing by the minute: minute buckets count the rows
+	// still there. An error if p is not a valid range (see
+	// DeliveryBucketsParams).
 	DeliveryBuckets(ctx context.Context, p DeliveryBucketsParams) ([]DeliveryBucket, error)
+	// DeliveryBucketsEach is DeliveryBuckets' counts (latency aside) for
+	// each of ids (distinct) apart, in their order, in one statement:
+	// subscriptions of p.TenantID (which must be set), deleted ones
+	// included; any other ID counts nothing.
+	DeliveryBucketsEach(ctx context.Context, p DeliveryBucketsParams, ids []string) ([][]DeliveryBucket, error)
 	// ReplayJobCreate inserts a job with its States and Rate (State
 	// running, Replayed 0, Cursor "").
 	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
@@ -631,15 +638,16 @@ type PurgeResult struct {
 	Next    PurgeCursor // where the next call goes on
 }
 
-// Bucket widths DeliveryBuckets takes: an hour, or a UTC day (Unix time
-// has no leap seconds, so days are 24 h).
+// Bucket widths DeliveryBuckets takes: a minute, an hour, or a UTC day
+// (Unix time has no leap seconds, so days are 24 h).
 const (
-	BucketHour = time.Hour
-	BucketDay  = 24 * time.Hour
+	BucketMinute = time.Minute
+	BucketHour   = time.Hour
+	BucketDay    = 24 * time.Hour
 )
 
 // DeliveryBucketsParams says whose deliveries to count, and over which
-// buckets: [Since, Until) in steps of Width (BucketHour or BucketDay),
+// buckets: [Since, Until) in steps of Width (BucketMinute, BucketHour or BucketDay),
 // both multiples of Width since the Unix epoch, Since before Until.
 type DeliveryBucketsParams struct {
 	// SubscriptionID counts that subscription alone (the caller has
@@ -680,8 +688,8 @@ func (p DeliveryBucketsParams) Buckets() ([]DeliveryBucket, error) {
 	w := int64(p.Width / time.Second)
 	aligned := func(t time.Time) bool { return w > 0 && t.Unix() >= 0 && t.Unix()%w == 0 && t.Nanosecond() == 0 }
 	switch {
-	case p.Width != BucketHour && p.Width != BucketDay:
-		return nil, fmt.Errorf("delivery buckets: width %s is neither an hour nor a day", p.Width)
+	case p.Width != BucketMinute && p.Width != BucketHour && p.Width != BucketDay:
+		return nil, fmt.Errorf("delivery buckets: width %s is not a minute, an hour or a day", p.Width)
 	case !aligned(p.Since) || !aligned(p.Until) || !p.Since.Before(p.Until):
 		return nil, fmt.Errorf("delivery buckets: [%s, %s) is not a range of whole %s buckets", p.Since, p.Until, p.Width)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,26 +17,26 @@ import (
 // and what Purge kept for it, in one statement: one snapshot, so a purge
 // committing meanwhile is seen whole or not at all. The last column, the
 // live rows' attempts, sizes the latency's sample. $1 since, $2 until, $3
-// the width in seconds, $4 the subscription or the tenant. KEPT and WHOSE
-// are filled in by bucketSQL.
-const bucketCountsSQL = `SELECT b, sum(delivered)::bigint, sum(failed)::bigint, sum(skipped)::bigint,
+// the width in seconds, $4 the subscription or the tenant, $5
+// (DeliveryBucketsEach) the subscriptions' IDs. KEY, KEPT and WHOSE are
+// filled in by fillBucketSQL.
+const bucketCountsSQL = `SELECT k, b, sum(delivered)::bigint, sum(failed)::bigint, sum(skipped)::bigint,
 		sum(pending)::bigint, sum(attempts)::bigint, sum(live)::bigint FROM (
-		SELECT date_bin(make_interval(secs => $3), created_at, $1) AS b,
+		SELECT KEY AS k, date_bin(make_interval(secs => $3), created_at, $1) AS b,
 			count(*) FILTER (WHERE state = 'delivered') AS delivered, count(*) FILTER (WHERE state = 'failed') AS failed,
 			count(*) FILTER (WHERE state = 'skipped') AS skipped, count(*) FILTER (WHERE state = 'pending') AS pending,
 			sum(attempt_count) AS attempts, sum(attempt_count) AS live
 		FROM deliveries WHERE WHOSE AND created_at >= $1 AND created_at < $2
-		GROUP BY 1
-		UNION ALL
+		GROUP BY 1, 2
 		KEPT) c
-	GROUP BY b`
+	GROUP BY k, b`
 
 // keptHourly and keptDaily read what Purge kept, by the start of each
-// bucket (a day's is its UTC midnight).
+// bucket (a day's is its UTC midnight). Nothing is kept by the minute.
 const (
-	keptHourly = `SELECT hour, delivered, failed, skipped, 0, attempts, 0 FROM hourly_counts
+	keptHourly = `UNION ALL SELECT KEY, hour, delivered, failed, skipped, 0, attempts, 0 FROM hourly_counts
 		WHERE WHOSE AND hour >= $1 AND hour < $2`
-	keptDaily = `SELECT day::timestamp AT TIME ZONE 'UTC', delivered, failed, skipped, 0, attempts, 0 FROM daily_counts
+	keptDaily = `UNION ALL SELECT KEY, day::timestamp AT TIME ZONE 'UTC', delivered, failed, skipped, 0, attempts, 0 FROM daily_counts
 		WHERE WHOSE AND day >= ($1 AT TIME ZONE 'UTC')::date AND day < ($2 AT TIME ZONE 'UTC')::date`
 )
 
@@ -57,15 +58,82 @@ const bucketLatencySQL = `SELECT date_bin(make_interval(secs => $3), d.created_a
 // filter on whose deliveries (one subscription's, or its tenant's through
 // the subscriptions table, which keeps deleted ones).
 func bucketSQL(tmpl string, p store.DeliveryBucketsParams) string {
-	kept := keptHourly
-	if p.Width == store.BucketDay {
+	return fillBucketSQL(tmpl, p, false)
+}
+
+// fillBucketSQL is bucketSQL, or with each the rows of each subscription
+// of the tenant named in $5 apart (KEY: their ID).
+func fillBucketSQL(tmpl string, p store.DeliveryBucketsParams, each bool) string {
+	kept := ""
+	switch p.Width {
+	case store.BucketHour:
+		kept = keptHourly
+	case store.BucketDay:
 		kept = keptDaily
 	}
-	whose := "subscription_id = $4"
-	if p.SubscriptionID == "" {
+	key, whose := "''::text", "subscription_id = $4"
+	switch {
+	case each:
+		key, whose = "subscription_id", "subscription_id = ANY (ARRAY(SELECT id FROM subscriptions WHERE tenant_id = $4 AND id = ANY ($5)))"
+	case p.SubscriptionID == "":
 		whose = "subscription_id = ANY (ARRAY(SELECT id FROM subscriptions WHERE tenant_id = $4))"
 	}
-	return strings.NewReplacer("WHOSE", whose).Replace(strings.Replace(tmpl, "KEPT", kept, 1))
+	return strings.NewReplacer("KEY", key, "WHOSE", whose).Replace(strings.Replace(tmpl, "KEPT", kept, 1))
+}
+
+// bucketCounts runs the counts query, handing each row to got: whose it
+// is ("" unless each), its bucket's start, its counts and live attempts.
+func (s *Store) bucketCounts(ctx context.Context, p store.DeliveryBucketsParams, each bool, args []any,
+	got func(key string, start time.Time, c store.DeliveryBucket, live int64) error) error {
+	var key string
+	var start time.Time
+	var c store.DeliveryBucket
+	var live int64
+	rows, _ := s.pool.Query(ctx, fillBucketSQL(bucketCountsSQL, p, each), args...)
+	if _, err := pgx.ForEachRow(rows, []any{&key, &start, &c.Delivered, &c.Failed, &c.Skipped, &c.Pending, &c.Attempts, &live}, func() error {
+		return got(key, start, c, live)
+	}); err != nil {
+		return fmt.Errorf("postgres: delivery buckets: %w", mapErr(err))
+	}
+	return nil
+}
+
+// index is where the bucket starting at start is in p's buckets.
+func index(p store.DeliveryBucketsParams, n int, start time.Time) (int, error) {
+	i := int(start.Sub(p.Since) / p.Width)
+	if start.Before(p.Since) || i >= n {
+		return 0, fmt.Errorf("postgres: delivery buckets: a bucket at %s, outside [%s, %s)", start, p.Since, p.Until)
+	}
+	return i, nil
+}
+
+func (s *Store) DeliveryBucketsEach(ctx context.Context, p store.DeliveryBucketsParams, ids []string) ([][]store.DeliveryBucket, error) {
+	empty, err := p.Buckets()
+	if err != nil {
+		return nil, err
+	}
+	if p.TenantID == "" {
+		return nil, fmt.Errorf("postgres: delivery buckets of each: no tenant")
+	}
+	out := make([][]store.DeliveryBucket, len(ids))
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		out[i], at[id] = slices.Clone(empty), i
+	}
+	args := []any{p.Since, p.Until, p.Width.Seconds(), p.TenantID, ids}
+	return out, s.bucketCounts(ctx, p, true, args, func(key string, start time.Time, c store.DeliveryBucket, _ int64) error {
+		i, ok := at[key]
+		if !ok {
+			return fmt.Errorf("postgres: delivery buckets of each: a row of %s, not asked for", key)
+		}
+		b, err := index(p, len(empty), start)
+		if err != nil {
+			return err
+		}
+		c.Start = out[i][b].Start
+		out[i][b] = c
+		return nil
+	})
 }
 
 func (s *Store) DeliveryBuckets(ctx context.Context, p store.DeliveryBucketsParams) ([]store.DeliveryBucket, error) {
@@ -78,40 +146,31 @@ func (s *Store) DeliveryBuckets(ctx context.Context, p store.DeliveryBucketsPara
 		who = p.TenantID
 	}
 	args := []any{p.Since, p.Until, p.Width.Seconds(), who}
-	bucket := func(start time.Time) (*store.DeliveryBucket, error) {
-		i := start.Sub(p.Since) / p.Width
-		if start.Before(p.Since) || i >= time.Duration(len(out)) {
-			return nil, fmt.Errorf("postgres: delivery buckets: a bucket at %s, outside [%s, %s)", start, p.Since, p.Until)
+
+	sample := []byte(strings.Repeat("0", len(out)))
+	if err := s.bucketCounts(ctx, p, false, args, func(_ string, start time.Time, c store.DeliveryBucket, live int64) error {
+		i, err := index(p, len(out), start)
+		if err != nil {
+			return err
 		}
-		return &out[i], nil
+		c.Start = out[i].Start
+		out[i] = c
+		sample[i] = byte('0' + p.Sample(live))
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 
 	var start time.Time
-	var c store.DeliveryBucket
-	var live int64
-	sample := []byte(strings.Repeat("0", len(out)))
-	rows, _ := s.pool.Query(ctx, bucketSQL(bucketCountsSQL, p), args...)
-	if _, err := pgx.ForEachRow(rows, []any{&start, &c.Delivered, &c.Failed, &c.Skipped, &c.Pending, &c.Attempts, &live}, func() error {
-		o, err := bucket(start)
-		if err != nil {
-			return err
-		}
-		c.Start = o.Start
-		*o = c
-		sample[o.Start.Sub(p.Since)/p.Width] = byte('0' + p.Sample(live))
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("postgres: delivery buckets: %w", mapErr(err))
-	}
-
 	var n int64
 	var ps []float64
-	rows, _ = s.pool.Query(ctx, bucketSQL(bucketLatencySQL, p), append(args, string(sample))...)
+	rows, _ := s.pool.Query(ctx, bucketSQL(bucketLatencySQL, p), append(args, string(sample))...)
 	if _, err := pgx.ForEachRow(rows, []any{&start, &n, &ps}, func() error {
-		o, err := bucket(start)
+		i, err := index(p, len(out), start)
 		if err != nil {
 			return err
 		}
+		o := &out[i]
 		o.Timed = n
 		o.LatencyP50 = time.Duration(math.Round(ps[0]))
 		o.LatencyP99 = time.Duration(math.Round(ps[1]))

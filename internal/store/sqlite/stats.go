@@ -2,8 +2,10 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,18 +17,22 @@ import (
 // purge committing meanwhile is seen whole or not at all. The last column,
 // the live rows' attempts, sizes the latency's sample. ?1 since and ?2
 // until (ns), ?3 the width (ns), ?4 the subscription or the tenant, ?5
-// the kept table's unit (ns per hour or day). KEPT, UNIT and WHOSE are
-// filled in by bucketSQL.
-const bucketCountsSQL = `SELECT b, sum(delivered), sum(failed), sum(skipped), sum(pending), sum(attempts), sum(live) FROM (
-		SELECT (created_at - ?1) / ?3 AS b, sum(state = 'delivered') AS delivered, sum(state = 'failed') AS failed,
+// the kept table's unit (ns per hour or day), ?6 (DeliveryBucketsEach)
+// the subscriptions' IDs as a JSON array. KEY, KEPT and WHOSE are filled
+// in by fillBucketSQL.
+const bucketCountsSQL = `SELECT k, b, sum(delivered), sum(failed), sum(skipped), sum(pending), sum(attempts), sum(live) FROM (
+		SELECT KEY AS k, (created_at - ?1) / ?3 AS b, sum(state = 'delivered') AS delivered, sum(state = 'failed') AS failed,
 			sum(state = 'skipped') AS skipped, sum(state = 'pending') AS pending, sum(attempt_count) AS attempts,
 			sum(attempt_count) AS live
 		FROM deliveries WHERE WHOSE AND created_at >= ?1 AND created_at < ?2
-		GROUP BY b
-		UNION ALL
-		SELECT (UNIT * ?5 - ?1) / ?3, delivered, failed, skipped, 0, attempts, 0
-		FROM KEPT WHERE WHOSE AND UNIT >= ?1 / ?5 AND UNIT < ?2 / ?5)
-	GROUP BY b`
+		GROUP BY 1, 2
+		KEPT)
+	GROUP BY k, b`
+
+// keptCountsSQL adds what Purge kept by the hour or day (TABLE, in UNIT).
+const keptCountsSQL = `UNION ALL
+		SELECT KEY, (UNIT * ?5 - ?1) / ?3, delivered, failed, skipped, 0, attempts, 0
+		FROM TABLE WHERE WHOSE AND UNIT >= ?1 / ?5 AND UNIT < ?2 / ?5`
 
 // bucketLatencySQL returns, per bucket, how many attempt rows it read (n)
 // and the few of their durations, in order (i), that the percentiles ?6
@@ -51,19 +57,103 @@ const bucketLatencySQL = `SELECT b, n, i, v FROM (
 	WHERE i IN (CAST(?6 * (n - 1) AS INTEGER), CAST(?6 * (n - 1) AS INTEGER) + 1,
 		CAST(?7 * (n - 1) AS INTEGER), CAST(?7 * (n - 1) AS INTEGER) + 1)`
 
-// bucketSQL fills a template for p: the kept table of its width, and the
-// filter on whose deliveries (one subscription's, or its tenant's through
-// the subscriptions table, which keeps deleted ones).
+// bucketSQL fills a template for p: the kept counts of its width (none
+// by the minute), and the filter on whose deliveries (one subscription's,
+// or its tenant's through the subscriptions table, which keeps deleted
+// ones).
 func bucketSQL(tmpl string, p store.DeliveryBucketsParams) string {
-	kept, unit := "hourly_counts", "hour"
-	if p.Width == store.BucketDay {
-		kept, unit = "daily_counts", "day"
+	return fillBucketSQL(tmpl, p, false)
+}
+
+// fillBucketSQL is bucketSQL, or with each the rows of each subscription
+// of the tenant named in ?6 apart (KEY: their ID).
+func fillBucketSQL(tmpl string, p store.DeliveryBucketsParams, each bool) string {
+	kept := ""
+	switch p.Width {
+	case store.BucketHour:
+		kept = strings.NewReplacer("TABLE", "hourly_counts", "UNIT", "hour").Replace(keptCountsSQL)
+	case store.BucketDay:
+		kept = strings.NewReplacer("TABLE", "daily_counts", "UNIT", "day").Replace(keptCountsSQL)
 	}
-	whose := "subscription_id = ?4"
-	if p.SubscriptionID == "" {
+	key, whose := "''", "subscription_id = ?4"
+	switch {
+	case each:
+		key, whose = "subscription_id", "subscription_id IN (SELECT id FROM subscriptions WHERE tenant_id = ?4 AND id IN (SELECT value FROM json_each(?6)))"
+	case p.SubscriptionID == "":
 		whose = "subscription_id IN (SELECT id FROM subscriptions WHERE tenant_id = ?4)"
 	}
-	return strings.NewReplacer("KEPT", kept, "UNIT", unit, "WHOSE", whose).Replace(tmpl)
+	return strings.NewReplacer("KEY", key, "WHOSE", whose).Replace(strings.Replace(tmpl, "KEPT", kept, 1))
+}
+
+// unitOf is the kept table's unit for p (any, by the minute: none is read).
+func unitOf(p store.DeliveryBucketsParams) int64 {
+	if p.Width == store.BucketDay {
+		return nsPerDay
+	}
+	return nsPerHour
+}
+
+// bucketCounts runs the counts query, handing each row to got: whose it
+// is ("" unless each), its bucket's index, its counts and live attempts.
+func (s *Store) bucketCounts(ctx context.Context, p store.DeliveryBucketsParams, each bool, args []any,
+	got func(key string, b int64, c store.DeliveryBucket, live int64) error) error {
+	rows, err := s.r.QueryContext(ctx, fillBucketSQL(bucketCountsSQL, p, each), args...)
+	if err != nil {
+		return fmt.Errorf("sqlite: delivery buckets: %w", mapErr(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var b, live int64
+		var c store.DeliveryBucket
+		if err := rows.Scan(&key, &b, &c.Delivered, &c.Failed, &c.Skipped, &c.Pending, &c.Attempts, &live); err != nil {
+			return fmt.Errorf("sqlite: delivery buckets: %w", err)
+		}
+		if err := got(key, b, c, live); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: delivery buckets: %w", mapErr(err))
+	}
+	return nil
+}
+
+// into puts a row's counts in bucket b of out, keeping its start.
+func into(out []store.DeliveryBucket, b int64, c store.DeliveryBucket) error {
+	if b < 0 || b >= int64(len(out)) {
+		return fmt.Errorf("sqlite: delivery buckets: bucket %d of %d", b, len(out))
+	}
+	c.Start = out[b].Start
+	out[b] = c
+	return nil
+}
+
+func (s *Store) DeliveryBucketsEach(ctx context.Context, p store.DeliveryBucketsParams, ids []string) ([][]store.DeliveryBucket, error) {
+	empty, err := p.Buckets()
+	if err != nil {
+		return nil, err
+	}
+	if p.TenantID == "" {
+		return nil, fmt.Errorf("sqlite: delivery buckets of each: no tenant")
+	}
+	out := make([][]store.DeliveryBucket, len(ids))
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		out[i], at[id] = slices.Clone(empty), i
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	args := []any{ns(p.Since), ns(p.Until), int64(p.Width), p.TenantID, unitOf(p), string(list)}
+	return out, s.bucketCounts(ctx, p, true, args, func(key string, b int64, c store.DeliveryBucket, _ int64) error {
+		i, ok := at[key]
+		if !ok {
+			return fmt.Errorf("sqlite: delivery buckets of each: a row of %s, not asked for", key)
+		}
+		return into(out[i], b, c)
+	})
 }
 
 func (s *Store) DeliveryBuckets(ctx context.Context, p store.DeliveryBucketsParams) ([]store.DeliveryBucket, error) {
@@ -71,49 +161,27 @@ func (s *Store) DeliveryBuckets(ctx context.Context, p store.DeliveryBucketsPara
 	if err != nil {
 		return nil, err
 	}
-	unit := nsPerHour
-	if p.Width == store.BucketDay {
-		unit = nsPerDay
-	}
 	who := p.SubscriptionID
 	if who == "" {
 		who = p.TenantID
 	}
-	bucket := func(b int64) (*store.DeliveryBucket, error) {
-		if b < 0 || b >= int64(len(out)) {
-			return nil, fmt.Errorf("sqlite: delivery buckets: bucket %d of %d", b, len(out))
-		}
-		return &out[b], nil
-	}
+	unit := unitOf(p)
 
 	sample := []byte(strings.Repeat("0", len(out)))
-	rows, err := s.r.QueryContext(ctx, bucketSQL(bucketCountsSQL, p), ns(p.Since), ns(p.Until), int64(p.Width), who, unit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: delivery buckets: %w", mapErr(err))
+	if err := s.bucketCounts(ctx, p, false, []any{ns(p.Since), ns(p.Until), int64(p.Width), who, unit},
+		func(_ string, b int64, c store.DeliveryBucket, live int64) error {
+			if err := into(out, b, c); err != nil {
+				return err
+			}
+			sample[b] = byte('0' + p.Sample(live))
+			return nil
+		}); err != nil {
+		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var b, live int64
-		var c store.DeliveryBucket
-		if err := rows.Scan(&b, &c.Delivered, &c.Failed, &c.Skipped, &c.Pending, &c.Attempts, &live); err != nil {
-			return nil, fmt.Errorf("sqlite: delivery buckets: %w", err)
-		}
-		o, err := bucket(b)
-		if err != nil {
-			return nil, err
-		}
-		c.Start = o.Start
-		*o = c
-		sample[b] = byte('0' + p.Sample(live))
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: delivery buckets: %w", mapErr(err))
-	}
-	rows.Close()
 
 	// Each bucket's durations at the ranks its percentiles read.
 	ranked := map[int64]map[int64]float64{}
-	rows, err = s.r.QueryContext(ctx, bucketSQL(bucketLatencySQL, p),
+	rows, err := s.r.QueryContext(ctx, bucketSQL(bucketLatencySQL, p),
 		ns(p.Since), ns(p.Until), int64(p.Width), who, unit, 0.5, 0.99, string(sample))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: delivery latency: %w", mapErr(err))
@@ -124,11 +192,10 @@ func (s *Store) DeliveryBuckets(ctx context.Context, p store.DeliveryBucketsPara
 		if err := rows.Scan(&b, &n, &i, &v); err != nil {
 			return nil, fmt.Errorf("sqlite: delivery latency: %w", err)
 		}
-		o, err := bucket(b)
-		if err != nil {
-			return nil, err
+		if b < 0 || b >= int64(len(out)) {
+			return nil, fmt.Errorf("sqlite: delivery latency: bucket %d of %d", b, len(out))
 		}
-		o.Timed = n
+		out[b].Timed = n
 		if ranked[b] == nil {
 			ranked[b] = map[int64]float64{}
 		}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -23,9 +24,11 @@ type statsFixture struct {
 // testDeliveryBuckets: every bucket equals the deliveries posted in it (by
 // state, with their attempts, and the attempts' latency), per subscription
 // and per tenant (a deleted subscription's included, another tenant's
-// not), by hour and by UTC day; and the counts stay the same through a
-// purge, after each event it removes, while the latency of what it
-// removed is gone.
+// not), by minute, hour and UTC day, and for each of several subscriptions
+// apart (DeliveryBucketsEach, another tenant's and unknown ones counting
+// nothing); hour and day counts stay the same through a purge, after each
+// event it removes, while the latency of what it removed is gone; minute
+// counts are the rows still there.
 func testDeliveryBuckets(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a, b := f.tenant(), f.tenant()
@@ -73,16 +76,27 @@ func testDeliveryBuckets(t *testing.T, s store.Store) {
 	}
 	noErr(t, "SubscriptionDelete", s.SubscriptionDelete(f.ctx, a.ID, subs[1].ID, at(8, 30)))
 
-	// want adds up the fixtures of whose subscriptions into p's buckets;
-	// with latency, over the attempts of those still kept.
-	want := func(p store.DeliveryBucketsParams, whose []int, latency func(statsFixture) bool) []store.DeliveryBucket {
+	// kept says which fixtures' events are still there.
+	kept := func() func(int) bool {
+		in := map[int]bool{}
+		for i, id := range events {
+			if _, _, err := s.EventGet(f.ctx, "", id); err == nil {
+				in[i] = true
+			}
+		}
+		return func(i int) bool { return in[i] }
+	}
+	// want adds up the fixtures of whose subscriptions into p's buckets
+	// (by the minute, those still kept), with the latency of those kept.
+	want := func(p store.DeliveryBucketsParams, whose []int, kept func(int) bool) []store.DeliveryBucket {
 		t.Helper()
 		out, err := p.Buckets()
 		noErr(t, "Buckets", err)
 		durs := make([][]time.Duration, len(out))
-		for _, fx := range fixtures {
+		for n, fx := range fixtures {
 			i := int(fx.created.Sub(p.Since) / p.Width)
-			if !slices.Contains(whose, fx.sub) || fx.created.Before(p.Since) || i >= len(out) {
+			if !slices.Contains(whose, fx.sub) || fx.created.Before(p.Since) || i >= len(out) ||
+				(p.Width == store.BucketMinute && !kept(n)) {
 				continue
 			}
 			o := &out[i]
@@ -97,7 +111,7 @@ func testDeliveryBuckets(t *testing.T, s store.Store) {
 				o.Failed++
 			}
 			o.Attempts += int64(len(fx.tries))
-			if latency(fx) {
+			if kept(n) {
 				durs[i] = append(durs[i], fx.tries...)
 			}
 		}
@@ -127,16 +141,19 @@ func testDeliveryBuckets(t *testing.T, s store.Store) {
 	late := store.DeliveryBucketsParams{Since: at(8, 0), Until: at(10, 0), Width: store.BucketHour}
 	days := store.DeliveryBucketsParams{Since: day.Add(-24 * time.Hour), Until: day.Add(24 * time.Hour), Width: store.BucketDay}
 	empty := store.DeliveryBucketsParams{Since: day.Add(-72 * time.Hour), Until: day.Add(-24 * time.Hour), Width: store.BucketDay}
+	minutes := store.DeliveryBucketsParams{Since: at(7, 0), Until: at(9, 0), Width: store.BucketMinute}
+	midnight := store.DeliveryBucketsParams{Since: at(-1, 0), Until: at(1, 0), Width: store.BucketMinute}
+	ranges := []struct {
+		name string
+		p    store.DeliveryBucketsParams
+	}{{"hours", hours}, {"late hours", late}, {"days", days}, {"empty days", empty}, {"minutes", minutes}, {"midnight minutes", midnight}}
 	type view struct {
 		name  string
 		p     store.DeliveryBucketsParams
 		whose []int
 	}
 	var views []view
-	for _, r := range []struct {
-		name string
-		p    store.DeliveryBucketsParams
-	}{{"hours", hours}, {"late hours", late}, {"days", days}, {"empty days", empty}} {
+	for _, r := range ranges {
 		for _, w := range []struct {
 			name  string
 			set   func(*store.DeliveryBucketsParams)
@@ -152,38 +169,70 @@ func testDeliveryBuckets(t *testing.T, s store.Store) {
 			views = append(views, view{r.name + " of " + w.name, p, w.whose})
 		}
 	}
-	all := func(statsFixture) bool { return true }
+	// each checks DeliveryBucketsEach of tenant a against its
+	// subscriptions' views one by one; b's and an unknown one count nothing.
+	each := func(when string, now func(int) bool) {
+		t.Helper()
+		asked := []string{subs[0].ID, subs[1].ID, subs[2].ID, core.NewID("sub")}
+		whose := [][]int{{0}, {1}, nil, nil}
+		for _, r := range ranges {
+			p := r.p
+			p.TenantID = a.ID
+			got, err := s.DeliveryBucketsEach(f.ctx, p, asked)
+			noErr(t, "DeliveryBucketsEach", err)
+			if len(got) != len(asked) {
+				t.Fatalf("DeliveryBucketsEach of %d subscriptions answers %d", len(asked), len(got))
+			}
+			for i := range asked {
+				same(t, fmt.Sprintf("%s of subscription %d apart %s", r.name, i, when), got[i], counts(want(p, whose[i], now)))
+			}
+		}
+	}
+	all := func(int) bool { return true }
 	for _, v := range views {
 		same(t, v.name+" before a purge", get(v.p), want(v.p, v.whose, all))
 	}
+	each("before a purge", all)
 	if got := get(hours); len(got) != 10 || !got[0].Start.Equal(at(-1, 0)) || !got[9].Start.Equal(at(8, 0)) {
 		t.Fatalf("hour buckets from %v, %d of them; want 10 from %v", got[0].Start, len(got), at(-1, 0))
 	}
+	if got := get(minutes); len(got) != 120 || !got[0].Start.Equal(at(7, 0)) || !got[119].Start.Equal(at(8, 59)) {
+		t.Fatalf("minute buckets from %v, %d of them; want 120 from %v", got[0].Start, len(got), at(7, 0))
+	}
 
-	// One event per call, then the rest: every bucket's counts hold at
-	// every step; the latency of what went is gone.
+	// One event per call, then the rest: every hour's and day's counts
+	// hold at every step, a minute's lose what went; the latency of what
+	// went is gone.
 	cutoff := day.Add(24 * time.Hour)
 	r, err := s.Purge(f.ctx, cutoff, store.PurgeCursor{}, 1)
 	noErr(t, "Purge", err)
 	for r.Looked == 1 {
+		now := kept()
 		for _, v := range views {
-			same(t, v.name+" during a purge", counts(get(v.p)), counts(want(v.p, v.whose, all)))
+			same(t, v.name+" during a purge", counts(get(v.p)), counts(want(v.p, v.whose, now)))
 		}
+		each("during a purge", now)
 		r, err = s.Purge(f.ctx, cutoff, r.Next, 1)
 		noErr(t, "Purge", err)
 	}
-	kept := 0
-	for _, id := range events {
-		if _, _, err := s.EventGet(f.ctx, "", id); err == nil {
-			kept++
+	now := kept()
+	left := 0
+	for i := range events {
+		if now(i) {
+			left++
 		}
 	}
-	if kept != 1 {
-		t.Fatalf("%d events kept after the purge, want 1 (the one with a pending delivery)", kept)
+	if left != 1 {
+		t.Fatalf("%d events kept after the purge, want 1 (the one with a pending delivery)", left)
 	}
-	pending := func(fx statsFixture) bool { return fx.state == core.DeliveryPending && fx.sub != 1 }
 	for _, v := range views {
-		same(t, v.name+" after a purge", get(v.p), want(v.p, v.whose, pending))
+		same(t, v.name+" after a purge", get(v.p), want(v.p, v.whose, now))
+	}
+	each("after a purge", now)
+	ofA := minutes
+	ofA.TenantID = a.ID
+	if got := get(ofA); got[20].Pending != 1 || got[10].Delivered != 0 {
+		t.Errorf("minutes after a purge: 07:20 %+v, 07:10 %+v; want the pending one kept, the delivered one gone", got[20], got[10])
 	}
 
 	for _, p := range []store.DeliveryBucketsParams{
@@ -193,10 +242,18 @@ func testDeliveryBuckets(t *testing.T, s store.Store) {
 		{TenantID: a.ID, Since: at(1, 0), Until: at(2, 0), Width: store.BucketDay},   // hours for days
 		{TenantID: a.ID, Since: at(1, 0), Until: at(2, 0), Width: 2 * time.Hour},     // neither
 		{TenantID: a.ID, Since: at(1, 0), Until: at(2, 0).Add(time.Microsecond), Width: store.BucketHour},
+		{TenantID: a.ID, Since: at(1, 0).Add(time.Second), Until: at(2, 0), Width: store.BucketMinute},
+		{TenantID: a.ID, Since: at(1, 0), Until: at(2, 0), Width: 2 * time.Minute},
 	} {
 		if _, err := s.DeliveryBuckets(f.ctx, p); err == nil {
 			t.Errorf("DeliveryBuckets(%+v): no error", p)
 		}
+		if _, err := s.DeliveryBucketsEach(f.ctx, p, []string{subs[0].ID}); err == nil {
+			t.Errorf("DeliveryBucketsEach(%+v): no error", p)
+		}
+	}
+	if _, err := s.DeliveryBucketsEach(f.ctx, minutes, []string{subs[0].ID}); err == nil {
+		t.Errorf("DeliveryBucketsEach without a tenant: no error")
 	}
 }
 

@@ -41,9 +41,14 @@ async function api(method, path, body) {
   }
 }
 
+// query builds ?k=v&…, leaving out empty values; an array repeats its
+// key, empty values kept (a pager's trail begins with the first page's '').
 function query(params) {
   const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
+  for (const [k, v] of Object.entries(params)) {
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else if (v !== undefined && v !== null && v !== '') q.set(k, v);
+  }
   const s = q.toString();
   return s ? '?' + s : '';
 }
@@ -93,16 +98,20 @@ function when(iso, words) {
   return el('time', {datetime: d.toISOString(), title: exact(d)}, words ? words(d) : relative(d));
 }
 
-// A datetime-local value read and written in the chosen zone.
+// A datetime-local value (to the second) read and written in the chosen zone.
 function inputValue(d) {
   const local = zone() === 'utc' ? d : new Date(d - d.getTimezoneOffset() * 60000);
-  return local.toISOString().slice(0, 16);
+  return local.toISOString().slice(0, 19);
 }
 function fromInput(v) {
   if (!v) return null;
-  const d = new Date(zone() === 'utc' ? v + ':00Z' : v);
+  const d = new Date(zone() === 'utc' ? v + (v.length === 16 ? ':00Z' : 'Z') : v);
   return isNaN(d) ? null : d;
 }
+
+// utcDay is a UTC day's date (MM-DD): the stats' days are UTC days, so
+// a local zone west of UTC must not name the day before.
+const utcDay = (d) => d.toISOString().slice(5, 10);
 
 // ---- Words for what happened ----
 
@@ -138,17 +147,45 @@ function cause(f) {
   return st || f.error || 'failed';
 }
 
-const statusWords = {healthy: 'Healthy', failing: 'Failing', held: 'Held back', paused: 'Paused', disabled: 'Disabled', shed: 'Shedding'};
-const statusOrder = ['failing', 'disabled', 'held', 'shed', 'paused', 'healthy'];
+// Health's one word, and one of the dashboard's own: unmatched, an
+// endpoint that is healthy only because nothing it asks for is ever sent.
+const statusWords = {healthy: 'Healthy', failing: 'Failing', held: 'Held back', paused: 'Paused', disabled: 'Disabled', shed: 'Shedding',
+  unmatched: 'No matching events'};
+const statusOrder = ['failing', 'disabled', 'held', 'shed', 'unmatched', 'paused', 'healthy'];
 
-// holdWords says what holds the next attempt back.
+// holdWords says what holds the next attempt back, and until when.
 function holdWords(h) {
+  const until = h.held_until ? ' (until about ' + clock(new Date(h.held_until)) + ')' : '';
   switch (h.held_by) {
-    case 'endpoint_circuit': return h.held_until ? 'its circuit breaker holds it after repeated failures' : 'a probe is checking whether it recovered';
-    case 'host_circuit': return h.held_until ? 'its host cannot be reached; hookd probes it before sending more' : 'a probe is checking whether its host recovered';
-    case 'retry_after': return 'it asked hookd to wait (Retry-After)';
+    case 'endpoint_circuit': return h.held_until ? 'its circuit breaker holds it after repeated failures' + until : 'a probe is checking whether it recovered';
+    case 'host_circuit': return h.held_until ? 'its host cannot be reached; hookd probes it before sending more' + until : 'a probe is checking whether its host recovered';
+    case 'retry_after': return 'it asked hookd to wait (Retry-After)' + until;
   }
   return '';
+}
+
+// sentTypes is what the tenant sent, hookd's own aside, and whether that
+// is all of it (a list cut at limit may miss the type a pattern matches).
+function sentTypes(types, limit) {
+  return {sent: types.filter((t) => !t.startsWith('hookd.')), all: types.length < limit};
+}
+
+// unmatched: none of the patterns matches a type the tenant has sent
+// (while it has sent some): a typo, or a plan. Patterns naming hookd's own
+// events wait for those, and are not judged.
+function unmatched(patterns, {sent, all}) {
+  return all && sent.length > 0 && !patterns.some((p) => p.startsWith('hookd.')) &&
+    !sent.some((t) => patterns.some((p) => matches(p, t)));
+}
+
+function noMatchWords(patterns, {sent}) {
+  return 'None of the ' + sent.length + ' event types this tenant has sent (' + sent.slice(0, 5).join(', ') +
+    (sent.length > 5 ? ', …' : '') + ') matches ' + patterns.join(', ') + ': nothing is delivered here. Check the patterns (Edit).';
+}
+
+// statusOf is the word the dashboard shows: health's, or unmatched.
+function statusOf(s, h, types) {
+  return h.status === 'healthy' && unmatched(s.event_types, types) ? 'unmatched' : h.status;
 }
 
 function nextTry(h) {
@@ -162,7 +199,7 @@ function nextTry(h) {
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   set(e, attrs);
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -173,7 +210,7 @@ const svgNS = 'http://www.w3.org/2000/svg';
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS(svgNS, tag);
   set(e, attrs);
-  for (const c of children.flat()) if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
   return e;
 }
 
@@ -248,21 +285,33 @@ function secretBox(secret, note) {
 
 // ---- Charts: plain SVG ----
 
-// sparkline draws the last hour's attempts a minute each: delivered up,
-// failed down, so a failing endpoint shows red at a glance.
+// sparkline draws the last hour's deliveries a minute each (by when they
+// were created, in their state now, from the stats API): delivered,
+// pending and skipped up, failed down, so a failing endpoint shows red and
+// a held one amber at a glance.
 function sparkline(minutes) {
-  const ok = minutes.reduce((a, m) => a + m.delivered, 0);
-  const bad = minutes.reduce((a, m) => a + m.failed, 0);
-  const words = minutes.length ? ok + ' delivered, ' + bad + ' failed in the last hour' : 'No attempts in the last hour';
-  const w = 120, h = 24, mid = 12, max = Math.max(1, ...minutes.map((m) => Math.max(m.delivered, m.failed)));
-  const bars = minutes.flatMap((m, i) => [
-    m.delivered ? svg('rect', {class: 'ok', x: i * 2, y: mid - Math.max(1, m.delivered / max * (mid - 1)), width: 1.6,
-      height: Math.max(1, m.delivered / max * (mid - 1))}) : null,
-    m.failed ? svg('rect', {class: 'bad', x: i * 2, y: mid, width: 1.6, height: Math.max(1, m.failed / max * (mid - 1))}) : null]);
-  return el('span', {class: 'spark', data: {delivered: ok, failed: bad}},
+  const sum = (k) => minutes.reduce((a, m) => a + (m[k] || 0), 0);
+  const [ok, bad, waiting, skipped] = ['delivered', 'failed', 'pending', 'skipped'].map(sum);
+  const any = ok + bad + waiting + skipped > 0;
+  const words = any ? ok + ' delivered, ' + bad + ' failed, ' + waiting + ' pending in the last hour' : 'No deliveries in the last hour';
+  const w = 120, h = 24, mid = 14;
+  const max = Math.max(1, ...minutes.map((m) => Math.max(m.delivered + m.pending + m.skipped, m.failed)));
+  const bw = w / Math.max(1, minutes.length);
+  const tall = (v, room) => (v ? Math.max(1, v / max * room) : 0);
+  const bars = minutes.flatMap((m, i) => {
+    let y = mid;
+    const up = ['delivered', 'pending', 'skipped'].map((k) => {
+      const t = tall(m[k], mid - 1);
+      y -= t;
+      return t ? svg('rect', {class: k, x: i * bw, y, width: bw * 0.8, height: t}) : null;
+    });
+    const down = tall(m.failed, h - mid - 1);
+    return up.concat(down ? svg('rect', {class: 'failed', x: i * bw, y: mid, width: bw * 0.8, height: down}) : null);
+  });
+  return el('span', {class: 'spark', data: {delivered: ok, failed: bad, pending: waiting}},
     svg('svg', {viewBox: '0 0 ' + w + ' ' + h, width: w, height: h, role: 'img', 'aria-label': words},
       svg('title', {}, words), svg('line', {class: 'axis', x1: 0, x2: w, y1: mid, y2: mid}), bars),
-    el('span', {class: 'spark-words'}, minutes.length ? ok + ' ok · ' + bad + ' failed' : 'idle'));
+    el('span', {class: 'spark-words'}, any ? ok + ' ok · ' + bad + ' failed · ' + waiting + ' pending' : 'idle'));
 }
 
 const series = [['delivered', 'Delivered'], ['failed', 'Failed'], ['skipped', 'Skipped'], ['pending', 'Pending']];
@@ -287,12 +336,16 @@ function barChart(buckets, label, fmt) {
     const words = fmt(new Date(b.start)) + ': ' + series.map(([k, n]) => (b[k] || 0) + ' ' + n.toLowerCase()).join(', ');
     return svg('g', {class: 'bucket'}, svg('title', {}, words), rects);
   });
-  const ticks = [0, Math.floor(buckets.length / 2), buckets.length - 1].filter((i, j, a) => buckets[i] && a.indexOf(i) === j);
+  // The first label starts at the axis and the last ends at the edge, so
+  // neither is cut off.
+  const last = buckets.length - 1;
+  const ticks = [[0, 'start', left], [Math.floor(last / 2), 'mid', left + Math.floor(last / 2) * bw + bw / 2], [last, 'end', w]]
+    .filter(([i], j, a) => buckets[i] && a.findIndex(([k]) => k === i) === j);
   const chart = svg('svg', {class: 'chart', viewBox: '0 0 ' + w + ' ' + h, role: 'img', 'aria-label': label},
     svg('line', {class: 'axis', x1: left, x2: w, y1: h - bottom, y2: h - bottom}),
     svg('text', {x: left - 4, y: top + 8, class: 'tick end'}, String(max)),
     svg('text', {x: left - 4, y: h - bottom, class: 'tick end'}, '0'),
-    ticks.map((i) => svg('text', {x: left + i * bw + bw / 2, y: h - 4, class: 'tick mid'}, fmt(new Date(buckets[i].start)))),
+    ticks.map(([i, anchor, x]) => svg('text', {x, y: h - 4, class: 'tick ' + anchor}, fmt(new Date(buckets[i].start)))),
     groups);
   const rows = buckets.map((b) => el('tr', {data: {start: b.start}},
     el('td', {}, when(b.start, (d) => fmt(d))), series.map(([k]) => el('td', {class: 'num ' + k}, b[k] || 0))));
@@ -327,20 +380,21 @@ setInterval(() => {
   if (u) u.textContent = 'Updated ' + Math.round((Date.now() - updatedAt) / 1000) + ' s ago';
 }, 1000);
 
-// Paging: the API's cursors go forward; the cursors followed are kept here
-// (in memory) to go back.
-const stacks = {};
-function pager(key, current, next, go) {
-  const stack = stacks[key] ||= [''];
-  let i = stack.indexOf(current || '');
-  if (i < 0) { stack.length = 1; stack.push(current); i = 1; }
-  if (next) stack.splice(i + 1, stack.length, next);
-  const prev = i > 0 ? stack[i - 1] : null;
-  if (prev === null && !next) return '';
+// Paging: the API's cursors go forward; the way back is kept in the
+// address, one back= per page before this one (the first page's is ''),
+// so "Previous" works after a reload too. to(cursor, back) is a page's
+// address. An address with a cursor but no trail goes back to the first
+// page, and says so.
+function pager(params, next, to) {
+  const cursor = params.get('cursor') || '';
+  const back = params.getAll('back');
+  if (!cursor && !next) return '';
+  const prev = !cursor ? null : back.length ? link(to(back[back.length - 1], back.slice(0, -1)), '← Previous')
+    : link(to('', []), '← First page');
   return el('nav', {class: 'pager', 'aria-label': 'Pages'},
-    prev !== null ? link(go(prev), '← Previous') : el('span', {class: 'muted'}, '← Previous'),
-    el('span', {class: 'muted'}, 'page ' + (i + 1)),
-    next ? link(go(next), 'Next →') : el('span', {class: 'muted'}, 'Next →'));
+    prev || el('span', {class: 'muted'}, '← Previous'),
+    el('span', {class: 'muted'}, 'page ' + (cursor && !back.length ? '?' : back.length + 1)),
+    next ? link(to(next, back.concat([cursor])), 'Next →') : el('span', {class: 'muted'}, 'Next →'));
 }
 
 function signIn(message) {
@@ -374,15 +428,29 @@ function signIn(message) {
 // and checks it works.
 async function whoAmI() {
   try {
-    const t = await api('GET', '/tenants?limit=100');
+    await loadTenants();
     store.setItem('hookd.admin', '1');
-    store.setItem('hookd.tenants', JSON.stringify(t.data.map((x) => x.id)));
   } catch (e) {
     if (e.status !== 403) throw e;
     store.removeItem('hookd.admin');
     const s = await api('GET', '/subscriptions?limit=1');
     store.setItem('hookd.tenant', (s.data[0] && s.data[0].tenant_id) || store.getItem('hookd.tenant') || '');
   }
+}
+
+// loadTenants reads the admin's tenant list (at sign-in, and again each
+// time the switcher is opened, so a tenant created since shows).
+async function loadTenants() {
+  const t = await api('GET', '/tenants?limit=100');
+  const ids = t.data.map((x) => x.id);
+  store.setItem('hookd.tenants', JSON.stringify(ids));
+  return ids;
+}
+
+function tenantOptions(tenants) {
+  const current = tenantName();
+  if (!tenants.includes(current)) tenants.push(current);
+  return tenants.map((t) => el('option', {value: t, selected: t === current}, t));
 }
 
 function signOut(msg) {
@@ -420,15 +488,18 @@ function header() {
   const items = [link('#/', 'Endpoints'), link('#/log', 'Event log')];
   if (admin()) items.push(link('#/failing', 'All failing'));
   if (admin()) {
-    const tenants = JSON.parse(store.getItem('hookd.tenants') || '[]');
-    const current = tenantName();
-    if (!tenants.includes(current)) tenants.push(current);
+    const known = JSON.parse(store.getItem('hookd.tenants') || '[]');
     items.push(el('label', {for: 'tenant-switch', class: 'tenant'}, 'Tenant'),
-      el('select', {id: 'tenant-switch', onchange: (ev) => {
+      el('select', {id: 'tenant-switch', onfocus: async (ev) => {
+        const sel = ev.target;
+        const now = await loadTenants().catch(() => null);
+        const had = [...sel.options].map((o) => o.value);
+        if (now && JSON.stringify(tenantOptions(now).map((o) => o.value)) !== JSON.stringify(had)) sel.replaceChildren(...tenantOptions(now));
+      }, onchange: (ev) => {
         store.setItem('hookd.tenant', ev.target.value === 'default' ? '' : ev.target.value);
         location.hash = '#/';
         route();
-      }}, tenants.map((t) => el('option', {value: t, selected: t === current}, t))));
+      }}, tenantOptions(known)));
   } else {
     items.push(el('span', {class: 'tenant', id: 'tenant-name'}, tenantName()));
   }
@@ -448,54 +519,65 @@ function header() {
 
 // ---- Endpoints ----
 
-function why(h) {
-  if (!h) return '';
-  switch (h.status) {
+function why(s, h, status, types) {
+  switch (status) {
     case 'failing': return cause(h.last_failure);
     case 'held': return holdWords(h) || 'held back';
     case 'disabled': return h.disabled_reason;
     case 'shed': return 'backlog over the limit and not shrinking: new deliveries are skipped';
     case 'paused': return h.pending ? h.pending + ' waiting until you resume' : 'nothing is sent until you resume';
+    case 'unmatched': return el('span', {class: 'warn-text'}, noMatchWords(s.event_types, types));
   }
   return '';
 }
 
+// subscriptionsView lists the endpoints, failing first, in three requests
+// however many there are: every failing endpoint of the tenant (so they
+// come first, and their count is exact, not one page's), the page, then
+// in one stats call every row's last hour and the types the tenant sent.
 async function subscriptionsView(params) {
   const cursor = params.get('cursor') || '';
-  const [page, types] = await Promise.all([
-    api('GET', '/subscriptions' + query({include: 'health', limit: 50, cursor, tenant_id: tenantParam()})), eventTypes()]);
-  // Patterns matching none of the types this tenant sends: a typo, or a plan.
-  const sent = types.filter((t) => !t.startsWith('hookd.'));
-  const unmatched = (s) => sent.length > 0 && !types.some((t) => s.event_types.some((p) => matches(p, t)));
-  const subs = page.data.slice().sort((a, b) =>
-    statusOrder.indexOf(a.health.status) - statusOrder.indexOf(b.health.status) || a.url.localeCompare(b.url));
+  const [page, failing] = await Promise.all([
+    api('GET', '/subscriptions' + query({include: 'health', limit: 50, cursor, tenant_id: tenantParam()})),
+    api('GET', '/failing' + query({limit: 100, tenant_id: admin() ? tenantName() : ''}))]);
+  const byID = new Map();
+  for (const s of cursor ? [] : failing.data) byID.set(s.id, s); // all of them on the first page
+  for (const s of page.data) byID.set(s.id, s);
+  const ids = [...byID.keys()];
+  const st = ids.length ? await api('GET', '/stats' + query({granularity: 'minute', subscription_ids: ids.join(','),
+    include: 'event_types', tenant_id: tenantParam()})).catch((e) => { if (e.status === 401) throw e; return null; }) : null;
+  const types = sentTypes(st ? st.event_types : [], st ? 1000 : 0);
+  const minutes = new Map((st ? st.subscriptions : []).map((x) => [x.subscription_id, x.data]));
+  const subs = [...byID.values()].map((s) => ({s, h: s.health, status: statusOf(s, s.health, types)}))
+    .sort((a, b) => statusOrder.indexOf(a.status) - statusOrder.indexOf(b.status) || a.s.url.localeCompare(b.s.url));
   const counts = {};
-  for (const s of subs) counts[s.health.status] = (counts[s.health.status] || 0) + 1;
-  const rows = subs.map((s) => {
-    const h = s.health;
-    return el('tr', {data: {id: s.id, status: h.status}, class: 'st-' + h.status},
-      el('td', {class: 'endpoint'}, link('#/subscriptions/' + encodeURIComponent(s.id), s.url),
-        el('div', {class: 'muted small'}, s.event_types.join(', '))),
-      el('td', {}, statusBadge(h.status)),
-      el('td', {class: 'why wide'}, why(h) || (unmatched(s) ? el('span', {class: 'warn-text'}, 'No event sent matches ' + s.event_types.join(', ')) : '—'),
-        h.status === 'failing' && h.last_failure && h.last_failure.response ? el('code', {class: 'answer'}, snippet(h.last_failure.response)) : ''),
-      el('td', {}, sparkline(h.recent_attempts || [])),
-      el('td', {class: 'num'}, h.pending),
-      el('td', {}, h.next_attempt_at ? when(h.next_attempt_at, (d) => d <= Date.now() ? 'any moment' : relative(d)) : '—'),
-      el('td', {class: 'num failed-count'}, h.failed));
-  });
-  const failing = counts.failing || 0;
+  for (const {status} of subs) counts[status] = (counts[status] || 0) + 1;
+  const rows = subs.map(({s, h, status}) => el('tr', {data: {id: s.id, status}, class: 'st-' + status},
+    el('td', {class: 'endpoint'}, link('#/subscriptions/' + encodeURIComponent(s.id), s.url),
+      el('div', {class: 'muted small'}, s.event_types.join(', '))),
+    el('td', {}, statusBadge(status)),
+    el('td', {class: 'why wide'}, why(s, h, status, types) || '—',
+      status === 'failing' && h.last_failure && h.last_failure.response ? el('code', {class: 'answer'}, snippet(h.last_failure.response)) : ''),
+    el('td', {}, minutes.has(s.id) ? sparkline(minutes.get(s.id)) : '—'),
+    el('td', {class: 'num'}, h.pending),
+    el('td', {}, h.next_attempt_at ? when(h.next_attempt_at, (d) => d <= Date.now() ? 'any moment' : relative(d)) : '—'),
+    el('td', {class: 'num failed-count'}, h.failed)));
+  // Failing is counted over the tenant; "of" only when one page holds every endpoint.
+  const failingN = failing.data.filter((s) => s.health.status === 'failing').length;
+  const failingText = failingN + (failing.next_cursor ? '+' : '') +
+    (!cursor && !page.next_cursor ? ' of ' + page.data.length : '') + ' endpoint' + (failingN === 1 && !failing.next_cursor ? '' : 's') + ' failing';
   main.replaceChildren(
     el('div', {class: 'titlebar'}, el('h1', {}, 'Endpoints'),
       el('a', {href: '#/new', id: 'new-endpoint', class: 'button'}, 'Add an endpoint')),
-    subs.length ? el('p', {class: 'summary ' + (failing ? 'bad' : 'ok')},
-      failing ? failing + ' of ' + subs.length + ' endpoints failing' : 'No endpoint failing',
-      Object.entries(counts).filter(([k]) => k !== 'failing' && k !== 'healthy').map(([k, n]) => ' · ' + n + ' ' + statusWords[k].toLowerCase())) : '',
+    subs.length ? el('p', {class: 'summary ' + (failingN ? 'bad' : 'ok'), id: 'summary'},
+      failingN ? failingText : 'No endpoint failing',
+      Object.entries(counts).filter(([k]) => k !== 'failing' && k !== 'healthy').map(([k, n]) => ' · ' + n + ' ' + statusWords[k].toLowerCase()),
+      cursor && failingN ? ' (listed first on the first page)' : '') : '',
     table('subs', ['Endpoint', 'Status', 'Why', 'Last hour', 'Waiting', 'Next try', 'Failed'], rows,
       el('div', {}, el('p', {}, 'No endpoints yet.'),
         el('p', {}, 'Add the URL that should receive this tenant\'s events; hookd signs each one and retries for a day.'),
         el('p', {}, el('a', {href: '#/new', class: 'button', id: 'empty-new'}, 'Add an endpoint')))),
-    pager('subs:' + tenantParam(), cursor, page.next_cursor, (c) => '#/' + query({cursor: c})),
+    pager(params, page.next_cursor, (c, back) => '#/' + query({cursor: c, back})),
     refreshing());
 }
 
@@ -517,12 +599,13 @@ async function eventTypes() {
   }
 }
 
-// banner says in one sentence how the endpoint is doing, and why.
-function banner(s, h) {
+// banner says in one sentence how the endpoint is doing, and why; its
+// last hour comes from the stats API.
+function banner(s, h, status, types, lastHour) {
   const parts = [];
   const since = h.failing_since ? new Date(h.failing_since) : null;
   const f = h.last_failure;
-  switch (h.status) {
+  switch (status) {
     case 'failing':
       parts.push('Failing since ', when(h.failing_since, clock), ': ', cause(f));
       break;
@@ -530,22 +613,23 @@ function banner(s, h) {
     case 'paused': parts.push('Paused: nothing is sent until you resume'); break;
     case 'disabled': parts.push('Disabled: ', s.disabled_reason || 'by request', '. New deliveries are skipped (replayable once it is active again)'); break;
     case 'shed': parts.push('Shedding since ', when(h.shedding_since, clock), ': its backlog is over the limit and not shrinking, so new deliveries are skipped (replayable)'); break;
+    case 'unmatched': parts.push('No matching events: none of the types this tenant sends matches ', s.event_types.join(', ')); break;
     default: {
-      const ok = (h.recent_attempts || []).reduce((a, m) => a + m.delivered, 0);
+      const ok = (lastHour || []).reduce((a, m) => a + m.delivered, 0);
       parts.push('Healthy', ok ? ': ' + ok + ' delivered in the last hour' : '');
     }
   }
   const tail = [];
   if (h.pending) tail.push(h.pending + ' waiting');
-  if (h.status !== 'paused' && h.status !== 'disabled' && h.pending) {
-    tail.push(nextTry(h) + (h.held_by && h.status === 'failing' ? ' (' + holdWords(h) + ')' : ''));
+  if (status !== 'paused' && status !== 'disabled' && h.pending) {
+    tail.push(nextTry(h) + (h.held_by && status === 'failing' ? ' (' + holdWords(h) + ')' : ''));
   }
   if (h.failed) tail.push(h.failed + ' failed (replayable)');
-  if (since && h.status !== 'failing') tail.push('failing since ' + clock(since));
+  if (since && status !== 'failing') tail.push('failing since ' + clock(since));
   const rest = tail.filter(Boolean);
-  return el('div', {id: 'banner', role: 'status', class: 'banner st-' + h.status},
+  return el('div', {id: 'banner', role: 'status', class: 'banner st-' + status},
     el('p', {class: 'lead'}, parts, '.'),
-    f && f.response && h.status === 'failing' ? el('code', {class: 'answer'}, snippet(f.response)) : '',
+    f && f.response && status === 'failing' ? el('code', {class: 'answer'}, snippet(f.response)) : '',
     rest.length ? el('p', {}, rest.join('; ') + '.') : '');
 }
 
@@ -556,9 +640,13 @@ async function subscriptionView(id, params) {
   const state = params.get('state') || '';
   const eventType = params.get('event_type') || '';
   const cursor = params.get('cursor') || '';
-  const [s, h, page, types] = await Promise.all([
+  const lastHour = statsPath(p, 'minute');
+  const [s, h, page, types, minutes] = await Promise.all([
     api('GET', p), api('GET', p + '/health'),
-    api('GET', p + '/deliveries' + query({limit: 50, state, event_type: eventType, cursor})), eventTypes()]);
+    api('GET', p + '/deliveries' + query({limit: 50, state, event_type: eventType, cursor})), eventTypes(),
+    api('GET', lastHour).catch((e) => { if (e.status === 401) throw e; return null; })]);
+  const sent = sentTypes(types, 100);
+  const status = statusOf(s, h, sent);
 
   const actions = el('div', {class: 'actions', id: 'actions'});
   const act = (label, elID, fn, cls) => el('button', {type: 'button', id: elID, class: cls, onclick: fn}, label);
@@ -583,8 +671,7 @@ async function subscriptionView(id, params) {
       'Delete this endpoint? ' + (h.pending ? 'Its ' + h.pending + ' waiting deliveries are skipped. ' : '') +
       'Nothing more is sent to it; its records stay for the retention window.', 'Delete', () => run(async () => {
         await api('DELETE', p);
-        location.hash = '#/';
-        flash('Deleted ' + s.url + '.', 'info');
+        await goTo('#/', 'Deleted ' + s.url + '.');
       })), 'danger'));
   async function change(body, ok) {
     await run(async () => { await api('PATCH', p, body); flash(ok, 'info'); });
@@ -592,12 +679,7 @@ async function subscriptionView(id, params) {
   }
 
   // Patterns that match none of the types this tenant sends are a typo, or a plan.
-  const sent = types.filter((t) => !t.startsWith('hookd.'));
-  const matched = types.filter((t) => s.event_types.some((pt) => matches(pt, t)));
-  const hint = sent.length && !matched.length
-    ? el('p', {class: 'warn', id: 'no-match'}, 'None of the ' + sent.length + ' event types this tenant has sent (' +
-      sent.slice(0, 5).join(', ') + (sent.length > 5 ? ', …' : '') + ') matches ' + s.event_types.join(', ') +
-      ': nothing is delivered here. Check the patterns (Edit).') : '';
+  const hint = status === 'unmatched' ? el('p', {class: 'warn', id: 'no-match'}, noMatchWords(s.event_types, sent)) : '';
 
   const typeFilter = el('select', {id: 'type-filter', onchange: filter},
     el('option', {value: ''}, 'all event types'), types.map((t) => el('option', {value: t, selected: t === eventType}, t)));
@@ -618,7 +700,7 @@ async function subscriptionView(id, params) {
   main.replaceChildren(
     el('p', {class: 'crumbs'}, link('#/', '← Endpoints')),
     el('h1', {}, s.url),
-    banner(s, h),
+    banner(s, h, status, sent, minutes && minutes.data),
     hint,
     actions,
     historyBox,
@@ -628,8 +710,8 @@ async function subscriptionView(id, params) {
       el('label', {for: 'type-filter'}, 'Event type'), typeFilter),
     table('deliveries', ['Created', 'Event type', 'State', 'Attempts', 'Last answer', 'Next attempt'], rows,
       emptyDeliveries(state, eventType, hint)),
-    pager('dlv:' + id + state + eventType, cursor, page.next_cursor,
-      (c) => '#/subscriptions/' + encodeURIComponent(id) + query({state, event_type: eventType, cursor: c})),
+    pager(params, page.next_cursor,
+      (c, back) => '#/subscriptions/' + encodeURIComponent(id) + query({state, event_type: eventType, cursor: c, back})),
     el('h2', {}, 'Settings'),
     dl([
       ['ID', s.id],
@@ -643,7 +725,7 @@ async function subscriptionView(id, params) {
       ['Created', when(s.created_at)],
     ]),
     refreshing(15000));
-  drawHistory(historyBox, p, h);
+  drawHistory(historyBox, p, minutes && {path: lastHour, st: minutes});
 }
 
 function emptyDeliveries(state, eventType, hint) {
@@ -657,48 +739,49 @@ function nextAttempt(d, h) {
   if (d.state !== 'pending') return '—';
   const at = new Date(d.next_attempt_at);
   if (at > Date.now()) return when(d.next_attempt_at);
-  if (h.held_by) return el('span', {}, 'waiting: ', holdWords(h) || h.held_by, h.held_until ? [' until ', when(h.held_until, clock)] : '');
+  if (h.held_by) return el('span', {}, 'waiting: ', holdWords(h) || h.held_by);
   return 'due now';
 }
 
-// drawHistory draws the endpoint's history: the last hour a minute each
-// (attempts, from health), and deliveries by hour or day from the stats API.
-async function drawHistory(box, p, h) {
+// statsPath asks for p's last hour by minute, 24 hours by hour or 30
+// UTC days by day, the range named in full so the same address answers
+// the same buckets later.
+function statsPath(p, granularity) {
+  const [unit, n] = {minute: [60e3, 60], hour: [3600e3, 24], day: [86400e3, 30]}[granularity];
+  const end = Math.floor(Date.now() / unit) * unit + unit;
+  return p + '/stats' + query({granularity, since: new Date(end - n * unit).toISOString(), until: new Date(end).toISOString()});
+}
+
+// drawHistory draws the endpoint's deliveries over time from the stats
+// API: the last hour a minute each (already read, for the banner), 24
+// hours, or 30 UTC days.
+async function drawHistory(box, p, lastHour) {
   const choice = localStorage.getItem('hookd.chart') || 'hour';
   const pick = el('div', {class: 'segmented', role: 'group', 'aria-label': 'Period'},
     [['minute', 'Last hour'], ['hour', 'Last 24 h'], ['day', 'Last 30 days']].map(([g, label]) =>
       el('button', {type: 'button', class: 'secondary', id: 'chart-' + g, 'aria-pressed': g === choice ? 'true' : 'false',
-        onclick: () => { localStorage.setItem('hookd.chart', g); box.replaceChildren(box.firstChild); drawHistory(box, p, h); }}, label)));
+        onclick: () => { localStorage.setItem('hookd.chart', g); box.replaceChildren(box.firstChild); drawHistory(box, p); }}, label)));
   box.append(pick);
-  if (choice === 'minute') {
-    const minutes = (h.recent_attempts || []).map((m) => ({start: m.start, delivered: m.delivered, failed: m.failed}));
-    box.append(minutes.length ? barChart(minutes, 'Attempts in the last hour, a minute each', clock)
-      : el('p', {class: 'empty'}, 'No attempts in the last hour.'), el('p', {class: 'muted small'}, 'Attempts, a minute each.'));
-    return;
-  }
-  const now = new Date();
-  const since = choice === 'day' ? new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() - 29))
-    : new Date(Math.floor(now / 3600e3) * 3600e3 - 23 * 3600e3);
-  const path = p + '/stats' + query({granularity: choice, since: since.toISOString()});
+  const path = choice === 'minute' && lastHour ? lastHour.path : statsPath(p, choice);
   try {
-    const st = await api('GET', path);
-    const fmt = choice === 'day' ? (d) => exact(d).slice(5, 10) : clock;
-    const chart = barChart(st.data, 'Deliveries by ' + choice, fmt);
+    const st = choice === 'minute' && lastHour ? lastHour.st : await api('GET', path);
+    const fmt = choice === 'day' ? utcDay : clock;
+    const chart = barChart(st.data, {minute: 'Deliveries in the last hour, a minute each', hour: 'Deliveries by hour',
+      day: 'Deliveries by UTC day'}[choice], fmt);
     chart.dataset.src = '/v1' + path;
-    box.append(chart);
+    box.append(chart, el('p', {class: 'muted small'}, 'Deliveries by when they were created, in their state now' +
+      (choice === 'day' ? '; days are UTC days.' : '.')));
   } catch (e) {
     if (e.status === 401) return;
-    box.append(el('p', {class: 'empty', id: 'no-stats'}, e.status === 404
-      ? 'History by hour and day comes from the stats API, which this server does not have yet. "Last hour" shows recent attempts.'
-      : 'History could not be read: ' + e.message));
+    box.append(el('p', {class: 'empty', id: 'no-stats'}, 'History could not be read: ' + e.message));
   }
 }
 
 // replayForm asks for a range, says how many deliveries it would send
 // again and whether the endpoint still fails, then asks once.
 function replayForm(p, s, h) {
-  const since = el('input', {type: 'datetime-local', id: 'replay-since', required: true, value: inputValue(new Date(Date.now() - 24 * 3600e3))});
-  const until = el('input', {type: 'datetime-local', id: 'replay-until'});
+  const since = el('input', {type: 'datetime-local', step: 1, id: 'replay-since', required: true, value: inputValue(new Date(Date.now() - 24 * 3600e3))});
+  const until = el('input', {type: 'datetime-local', step: 1, id: 'replay-until'});
   const form = el('form', {id: 'replay', class: 'inline', onsubmit: async (ev) => {
     ev.preventDefault();
     const from = fromInput(since.value), to = fromInput(until.value);
@@ -715,8 +798,7 @@ function replayForm(p, s, h) {
       confirmPanel(form, n + ' failed or skipped deliveries since ' + exact(from) + (to ? ' until ' + exact(to) : '') +
         ' will be sent again, same webhook-id, at most 500 a second.' + still, 'Replay ' + n + ' deliveries', () => run(async () => {
         const job = await api('POST', p + '/replay', range);
-        flash('Replay started.', 'info');
-        location.hash = '#/replays/' + job.job_id;
+        await goTo('#/replays/' + job.job_id, 'Replay started.');
       }));
     });
   }},
@@ -726,6 +808,14 @@ function replayForm(p, s, h) {
   el('label', {for: 'replay-until'}, 'until (optional)'), until,
   el('button', {type: 'submit', id: 'replay-preview'}, 'Replay…'));
   return form;
+}
+
+// goTo shows another view, then a message: a hash change would route
+// (clearing any message) after it was shown.
+async function goTo(hash, msg) {
+  history.pushState(null, '', hash);
+  await route(true);
+  flash(msg, 'info');
 }
 
 // run does an action, showing its error.
@@ -780,8 +870,7 @@ async function formView(id) {
     try {
       const out = await api(id ? 'PATCH' : 'POST', id ? p : '/subscriptions', body);
       if (id) {
-        location.hash = '#/subscriptions/' + encodeURIComponent(id);
-        flash('Saved.', 'info');
+        await goTo('#/subscriptions/' + encodeURIComponent(id), 'Saved.');
         return;
       }
       main.replaceChildren(el('h1', {}, 'Endpoint added'), el('p', {}, out.url), secretBox(out.secret),
@@ -847,8 +936,8 @@ async function logView(params) {
   el('label', {for: 'lf-type'}, 'Event type'),
   el('select', {id: 'lf-type'}, el('option', {value: ''}, 'all'), types.map((t) => el('option', {value: t, selected: t === f.event_type}, t))),
   tab === 'deliveries' ? input('lf-status', 'Status code', {type: 'number', min: 100, max: 599, value: f.status, class: 'short'}) : '',
-  input('lf-since', 'Since', {type: 'datetime-local', value: f.since}),
-  input('lf-until', 'Until', {type: 'datetime-local', value: f.until}),
+  input('lf-since', 'Since', {type: 'datetime-local', step: 1, value: f.since}),
+  input('lf-until', 'Until', {type: 'datetime-local', step: 1, value: f.until}),
   el('button', {type: 'submit', id: 'lf-apply'}, 'Filter'));
 
   const search = el('input', {id: 'lookup', type: 'search', placeholder: 'evt_…, dlv_…, sub_… or an idempotency key'});
@@ -887,7 +976,7 @@ async function logView(params) {
       ? table('log', ['Created', 'Type', 'Idempotency key', 'ID'], rows, filtered ? 'No event matches these filters.' : 'No events yet: the platform posts them with POST /v1/events.')
       : table('log', ['Created', 'Event type', 'Endpoint', 'State', 'Last answer', 'Attempts'], rows,
         filtered ? 'No delivery matches these filters.' : 'No deliveries yet.'),
-    pager('log:' + tenantParam() + tab + JSON.stringify({...f, cursor: ''}), f.cursor, page.next_cursor, (c) => go({cursor: c})),
+    pager(params, page.next_cursor, (c, back) => go({cursor: c, back})),
     f.cursor ? '' : refreshing());
 }
 
@@ -993,7 +1082,7 @@ async function failingView(params) {
   main.replaceChildren(
     el('h1', {}, 'Failing endpoints, every tenant'),
     table('', ['Tenant', 'Endpoint', 'Status', 'Why', 'Failing since', 'Waiting'], rows, 'No endpoint is failing.'),
-    pager('failing', cursor, page.next_cursor, (c) => '#/failing' + query({cursor: c})),
+    pager(params, page.next_cursor, (c, back) => '#/failing' + query({cursor: c, back})),
     refreshing());
 }
 
