@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -105,9 +106,19 @@ func read[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 	return v
 }
 
+// text reads the visible text of the first element css matches, in one
+// evaluation: a page that re-renders (auto-refresh) may replace the node
+// between a query and a read, which chromedp.Text reports as a failure.
 func text(t *testing.T, ctx context.Context, css string) string {
 	t.Helper()
-	return read(t, ctx, chromedp.Text(chromedp.CSS(css)))
+	sel, _ := json.Marshal(css)
+	js := `(() => { const n = document.querySelector(` + string(sel) + `); return n ? n.innerText : null })()`
+	var got *string
+	testenv.Eventually(t, 10*time.Second, "an element matching "+css, func() bool {
+		got = read(t, ctx, chromedp.Evaluate[*string](js))
+		return got != nil
+	})
+	return *got
 }
 
 // The dashboard, driven in a real browser against a real node: it shows
