@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -271,5 +272,56 @@ func TestSimFlappingAlertsAtMostHourly(t *testing.T) {
 		}
 		t.Logf("five hours flapping every ten minutes: %d failing, %d recovered events", len(failing), len(recovered))
 		w.stop()
+	})
+}
+
+// A subscription disabled after five days of failures, turned back on
+// (PATCH {state: active}) once its endpoint is fixed, stays on: the days
+// it failed before are behind it, though the scan runs every minute and
+// no delivery comes to prove it for hours. Failing five days again
+// disables it once more, with one more event.
+func TestSimTurnedBackOnStartsAfresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
+		var status atomic.Int64
+		status.Store(500)
+		dead := w.subscribe("https://dead.example/hook", []string{"order.*"}, func(time.Time) int { return int(status.Load()) })
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		fiveDays := func() {
+			t.Helper()
+			var wg sync.WaitGroup
+			w.traffic(&wg, "order.created", 6*time.Hour, DefaultDisableAfter+12*time.Hour)
+			wg.Wait()
+			time.Sleep(time.Hour)
+		}
+		fiveDays()
+		if got, n := w.state(dead.ID), len(w.events(ops, TypeDisabled)); got.State != core.SubDisabled || n != 1 {
+			t.Fatalf("after five days of 500s: %s, %d disabled events; want disabled, 1", got.State, n)
+		}
+
+		status.Store(200) // fixed
+		on, err := w.svc.Update(context.Background(), "", dead.ID, func(s *core.Subscription) error {
+			s.State, s.DisabledReason = core.SubActive, ""
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Hour) // 180 scans, and no delivery
+		if got, n := w.state(dead.ID), len(w.events(ops, TypeDisabled)); got.State != core.SubActive || n != 1 {
+			t.Fatalf("3 h after being turned back on at %s: %s (%q), %d disabled events; want active, 1",
+				on.UpdatedAt.Format(time.RFC3339), got.State, got.DisabledReason, n)
+		}
+
+		status.Store(500)
+		fiveDays()
+		got, disabled := w.state(dead.ID), w.events(ops, TypeDisabled)
+		if got.State != core.SubDisabled || len(disabled) != 2 {
+			t.Fatalf("failing five days again: %s, %d disabled events; want disabled, 2", got.State, len(disabled))
+		}
+		if at := disabled[1].at.Sub(on.UpdatedAt); at < DefaultDisableAfter {
+			t.Errorf("disabled again %s after being turned back on, before its five days", at)
+		}
 	})
 }

@@ -100,6 +100,12 @@ type Store interface {
 	// (admission must count them where they are sent). A backend may do
 	// either in batches after the row's change commits (a backlog of millions
 	// must not hold up ingest), but it returns only once they are done.
+	// If s.State is active and the stored one is not (turned back on, from
+	// disabled or paused), its failure clock and alert state restart in
+	// the same write: failing_since cleared (its last failure kept), the
+	// alert state ok. It is judged on its attempts from then on, so what
+	// failed before neither disables it again (SubscriptionsFailing) nor
+	// counts as a recovery (SubscriptionsRecovered).
 	// ErrNotFound if absent or deleted.
 	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for

@@ -171,6 +171,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 			string(sub.State), sub.DisabledReason, sub.UpdatedAt, sealed.Headers, sub.UID, store.EncodeSvix(sub)); err != nil {
 			return err
 		}
+		if sub.State == core.SubActive && oldState != core.SubActive {
+			if err := restartFailing(ctx, tx, sub.ID); err != nil {
+				return err
+			}
+		}
 		notes := []store.Due{changed(sub.ID)}
 		if sub.State == core.SubDisabled {
 			return s.notify(ctx, tx, notes...) // its backlog is skipped after the commit

@@ -178,9 +178,10 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 	}
 	var oldHost, tenant string
 	err = mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT host, tenant_id FROM subscriptions
+		var oldState core.SubscriptionState
+		err := tx.QueryRowContext(ctx, `SELECT host, tenant_id, state FROM subscriptions
 			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`,
-			sub.ID, sub.TenantID, sub.TenantID).Scan(&oldHost, &tenant)
+			sub.ID, sub.TenantID, sub.TenantID).Scan(&oldHost, &tenant, &oldState)
 		if err != nil {
 			return err
 		}
@@ -194,6 +195,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 			sub.DisabledReason, r.u, r.sealed.Headers, sub.UID, r.svix, sub.ID, sub.TenantID, sub.TenantID)
 		if err := mustAffect(res, err); err != nil {
 			return err
+		}
+		if sub.State == core.SubActive && oldState != core.SubActive {
+			if err := restartFailing(ctx, tx, sub.ID); err != nil {
+				return err
+			}
 		}
 		return writeAudit(ctx, tx, tenant)
 	}))

@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryRecordResults", testDeliveryRecordResults},
 		{"DeliveryRecordResultsOvertaken", testDeliveryRecordResultsOvertaken},
 		{"Failing", testFailing},
+		{"FailingRestartsWhenTurnedOn", testFailingRestartsWhenTurnedOn},
 		{"LastFailure", testLastFailure},
 		{"FailingListAndTenants", testFailingListAndTenants},
 		{"Logs", testLogs},
