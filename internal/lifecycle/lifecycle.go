@@ -8,7 +8,10 @@
 //
 // What is failing lives in the store (failing_since, kept by the result
 // writes; the alert state, moved once per change), so nodes sharing it send
-// each alert once, and a restart forgets nothing.
+// each alert once, and a restart forgets nothing. A disable and a finished
+// replay record the event they owe in their own transaction (store.Notice)
+// until it is written, under an idempotency key of the decision: sent at
+// least once, through a failed write or a crash, and written once.
 package lifecycle
 
 import (
@@ -142,36 +145,86 @@ func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
 }
 
 // Disable turns a subscription off for reason (the dispatcher's, after a
-// 410; or the scan's) and, if that changed it, tells the owner.
+// 410; or the scan's) and, if that changed it, tells the owner. The event
+// is recorded with the disable (store.SubscriptionDisable) and sent now;
+// if that fails, the scan sends it.
 func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
-	sub, _ := l.cfg.Subs.Registry().Get(subID)
-	changed, err := l.cfg.Subs.Disable(ctx, subID, reason)
-	if err != nil || !changed || sub == nil {
+	var figures store.DeliveryStats // the failures behind the decision
+	if st, err := l.cfg.Store.DeliveryStats(ctx, "", subID); err == nil {
+		figures = st
+	}
+	var payload []byte
+	sub, changed, err := l.cfg.Subs.DisableWithNotice(ctx, subID, reason, func(s core.Subscription) ([]byte, error) {
+		var err error
+		payload, err = json.Marshal(disabledPayload(s, figures))
+		return payload, err
+	})
+	if err != nil || !changed {
 		return err
 	}
-	p := map[string]any{"subscription_id": subID, "url": sub.URL, "reason": reason, "disabled_at": time.Now().UTC()}
-	if st, err := l.cfg.Store.DeliveryStats(ctx, "", subID); err == nil {
-		p["failing_since"], p["failed"] = timeOrNil(st.FailingSince), st.Failed
-	}
-	l.emit(ctx, sub.TenantID, TypeDisabled, subID, p)
+	l.send(ctx, store.Notice{SubscriptionID: sub.ID, TenantID: sub.TenantID, Host: sub.Host, URL: sub.URL, Disabled: payload})
 	return nil
 }
 
 // ReplayCompleted tells the owner a bulk replay finished (not one
-// cancelled, nor one of a subscription deleted meanwhile).
+// cancelled, nor one of a subscription deleted meanwhile). The step that
+// finished it recorded the event owed; if sending it now fails, the scan
+// sends it.
 func (l *Lifecycle) ReplayCompleted(ctx context.Context, job core.ReplayJob) {
 	sub, ok := l.cfg.Subs.Registry().Get(job.SubscriptionID)
 	if !ok {
-		return
+		return // deleted; or not yet known here, and the scan sends it
 	}
-	l.emit(ctx, sub.TenantID, TypeReplayCompleted, sub.ID, map[string]any{
-		"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": sub.URL,
-		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
-		"replayed": job.Replayed,
-	})
+	l.send(ctx, store.Notice{SubscriptionID: sub.ID, TenantID: sub.TenantID, Host: sub.Host, URL: sub.URL, Job: job})
 }
 
-// Scan sends the recoveries due and disables what failed for DisableAfter.
+// send writes the event n owes under an idempotency key of the decision
+// (the subscription and when it was disabled; the job), then marks it
+// sent. Until then the scan sends it again: a failure on either side is
+// retried, and a retry of an event already written writes nothing.
+func (l *Lifecycle) send(ctx context.Context, n store.Notice) {
+	typ, key, payload := TypeDisabled, "", n.Disabled
+	if n.Job.ID != "" {
+		typ, key = TypeReplayCompleted, TypeReplayCompleted+":"+n.Job.ID
+		var err error
+		if payload, err = json.Marshal(replayPayload(n.Job, n.URL)); err != nil {
+			l.logErr("encoding "+typ, n.SubscriptionID, err)
+			return
+		}
+	} else {
+		var p struct {
+			DisabledAt time.Time `json:"disabled_at"`
+		}
+		if err := json.Unmarshal(payload, &p); err != nil {
+			l.logErr("reading a disabled notice", n.SubscriptionID, err)
+			return
+		}
+		key = TypeDisabled + ":" + n.SubscriptionID + ":" + p.DisabledAt.UTC().Format(time.RFC3339Nano)
+	}
+	ev := core.Event{TenantID: n.TenantID, Type: typ, Payload: payload, About: n.SubscriptionID, IdempotencyKey: key}
+	if _, err := l.cfg.Ingest.Submit(ctx, ev); err != nil {
+		l.logErr("emitting "+typ, n.SubscriptionID, err)
+		return
+	}
+	l.logErr("marking "+typ+" sent", n.SubscriptionID, l.cfg.Store.NoticeSent(ctx, n))
+}
+
+// disabledPayload is what a disable tells: sub as written, and the
+// failures that led to it.
+func disabledPayload(sub core.Subscription, st store.DeliveryStats) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": sub.DisabledReason,
+		"disabled_at": sub.UpdatedAt.UTC(), "failing_since": timeOrNil(st.FailingSince), "failed": st.Failed}
+}
+
+// replayPayload is what a finished job tells.
+func replayPayload(job core.ReplayJob, url string) map[string]any {
+	return map[string]any{"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": url,
+		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
+		"replayed": job.Replayed}
+}
+
+// Scan sends the recoveries due and the events decisions still owe
+// (store.Notices), and disables what failed for DisableAfter.
 func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 	rec, err := l.cfg.Store.SubscriptionsRecovered(ctx)
 	l.logErr("listing recovered subscriptions", "", err)
@@ -183,6 +236,13 @@ func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 		}
 		l.emit(ctx, f.TenantID, TypeRecovered, f.ID, map[string]any{
 			"subscription_id": f.ID, "url": f.URL, "recovered_at": now.UTC()})
+	}
+	notices, err := l.cfg.Store.Notices(ctx)
+	l.logErr("listing the operational events owed", "", err)
+	for _, n := range notices {
+		if l.cfg.Owns(n.Host) {
+			l.send(ctx, n)
+		}
 	}
 	if l.cfg.DisableAfter <= 0 {
 		return

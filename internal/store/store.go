@@ -108,6 +108,13 @@ type Store interface {
 	// counts as a recovery (SubscriptionsRecovered).
 	// ErrNotFound if absent or deleted.
 	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
+	// SubscriptionDisable is SubscriptionUpdate of a subscription hookd
+	// itself disabled (s.State disabled), recording in the same
+	// transaction the hookd.subscription.disabled its owner is owed:
+	// notice is that event's payload, listed by Notices until NoticeSent.
+	// So the event is never lost between the decision and its write.
+	// Errors as SubscriptionUpdate's; on error no notice is written.
+	SubscriptionDisable(ctx context.Context, s core.Subscription, notice []byte) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for
 	// the retention window) and skips its pending deliveries, as
 	// SubscriptionUpdate does for a disabled one.
@@ -238,6 +245,8 @@ type Store interface {
 	// transaction: ErrConflict, with the job as it stands and nothing
 	// written, if it is done or cancelled, so no step runs after a cancel
 	// has committed.
+	// A step that finishes the job of a live subscription records, in its
+	// transaction, the hookd.replay.completed it owes (see Notices).
 	// ErrNotFound if absent. Returns the job after the step and the IDs of
 	// the deliveries it put back.
 	ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error)
@@ -306,6 +315,15 @@ type Store interface {
 	// whether it moved: the caller sends the alert only then, so nodes
 	// racing send it once.
 	SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error)
+	// Notices lists the operational events owed to live subscriptions'
+	// tenants (SubscriptionDisable, ReplayJobStep) and not yet marked
+	// sent, disables first, each kind by ID. One of a deleted
+	// subscription is not listed.
+	Notices(ctx context.Context) ([]Notice, error)
+	// NoticeSent marks n's event written: it is listed no more. A
+	// disable's notice stays if another disable has replaced it since
+	// (its payload differs). Unknown notices are ignored.
+	NoticeSent(ctx context.Context, n Notice) error
 
 	// What the Svix-compatible API needs beyond the above.
 	//
@@ -532,6 +550,21 @@ const MaxFailureHead = 256
 type FailingSubscription struct {
 	ID, TenantID, URL, Host     string
 	FailingSince, LastFailureAt time.Time // zero once it recovered
+}
+
+// Notice is an operational event a decision owes its tenant, recorded in
+// the decision's own transaction so that neither a failed write nor a
+// crash between the two loses it. The sender writes the event under an
+// idempotency key taken from the decision, then NoticeSent: sent again
+// after a failure, it is still written once.
+type Notice struct {
+	SubscriptionID, TenantID string
+	Host, URL                string // the subscription's, as it is now
+	// Disabled is a disable's event payload, as SubscriptionDisable got it;
+	// nil for a job.
+	Disabled []byte
+	// Job is the replay job a step finished (ID "" for a disable).
+	Job core.ReplayJob
 }
 
 // AttemptResult is one finished attempt and the delivery's state after it.

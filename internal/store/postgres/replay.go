@@ -188,13 +188,13 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			}
 		}
 		j.Replayed += len(ids)
-		state := "running"
+		state, owed := "running", false
 		if considered < limit {
-			j.State, state = core.ReplayDone, "done"
+			j.State, state, owed = core.ReplayDone, "done", !deleted.Valid
 		}
 		j.UpdatedAt = now
-		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET replayed = $1, cursor = $2, state = $3, updated_at = $4 WHERE id = $5`,
-			j.Replayed, j.Cursor, state, now, id); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET replayed = $1, cursor = $2, state = $3, updated_at = $4, completed_notice = $6
+			WHERE id = $5`, j.Replayed, j.Cursor, state, now, id, owed); err != nil {
 			return err
 		}
 		if len(ids) > 0 {

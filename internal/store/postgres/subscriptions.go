@@ -141,6 +141,18 @@ func (s *Store) collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
+	return s.updateSub(ctx, sub, nil)
+}
+
+func (s *Store) SubscriptionDisable(ctx context.Context, sub core.Subscription, notice []byte) error {
+	if sub.State != core.SubDisabled || notice == nil {
+		return fmt.Errorf("subscription %s: a disable with its notice, not %s", sub.ID, sub.State)
+	}
+	return s.updateSub(ctx, sub, notice)
+}
+
+// updateSub is SubscriptionUpdate, recording notice (nil: none) with it.
+func (s *Store) updateSub(ctx context.Context, sub core.Subscription, notice []byte) error {
 	sealed, err := store.SealSubscription(s.keys, sub)
 	if err != nil {
 		return err
@@ -173,6 +185,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		}
 		if sub.State == core.SubActive && oldState != core.SubActive {
 			if err := restartFailing(ctx, tx, sub.ID); err != nil {
+				return err
+			}
+		}
+		if notice != nil {
+			if _, err := tx.Exec(ctx, `UPDATE subscriptions SET disabled_notice = $2 WHERE id = $1`, sub.ID, string(notice)); err != nil {
 				return err
 			}
 		}

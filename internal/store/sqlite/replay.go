@@ -188,13 +188,13 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		if len(ids) > 0 {
 			j.Cursor = ids[len(ids)-1]
 		}
-		state := "running"
+		state, owed := "running", false
 		if len(ids) < limit {
-			j.State, state = core.ReplayDone, "done"
+			j.State, state, owed = core.ReplayDone, "done", !deleted.Valid
 		}
 		j.UpdatedAt = now
-		_, err = tx.ExecContext(ctx, `UPDATE replay_jobs SET replayed = ?, cursor = ?, state = ?, updated_at = ? WHERE id = ?`,
-			j.Replayed, j.Cursor, state, ns(now), id)
+		_, err = tx.ExecContext(ctx, `UPDATE replay_jobs SET replayed = ?, cursor = ?, state = ?, updated_at = ?, completed_notice = ?
+			WHERE id = ?`, j.Replayed, j.Cursor, state, ns(now), b2i(owed), id)
 		return err
 	})
 	switch {

@@ -172,6 +172,18 @@ func (s *Store) collectSubs(rows *sql.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
+	return s.updateSub(ctx, sub, nil)
+}
+
+func (s *Store) SubscriptionDisable(ctx context.Context, sub core.Subscription, notice []byte) error {
+	if sub.State != core.SubDisabled || notice == nil {
+		return fmt.Errorf("subscription %s: a disable with its notice, not %s", sub.ID, sub.State)
+	}
+	return s.updateSub(ctx, sub, notice)
+}
+
+// updateSub is SubscriptionUpdate, recording notice (nil: none) with it.
+func (s *Store) updateSub(ctx context.Context, sub core.Subscription, notice []byte) error {
 	r, err := s.encodeSub(sub)
 	if err != nil {
 		return err
@@ -198,6 +210,11 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		}
 		if sub.State == core.SubActive && oldState != core.SubActive {
 			if err := restartFailing(ctx, tx, sub.ID); err != nil {
+				return err
+			}
+		}
+		if notice != nil {
+			if err := oweDisabled(ctx, tx, sub.ID, notice); err != nil {
 				return err
 			}
 		}

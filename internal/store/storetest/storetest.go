@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryRecordResultsOvertaken", testDeliveryRecordResultsOvertaken},
 		{"Failing", testFailing},
 		{"FailingRestartsWhenTurnedOn", testFailingRestartsWhenTurnedOn},
+		{"Notices", testNotices},
 		{"LastFailure", testLastFailure},
 		{"FailingListAndTenants", testFailingListAndTenants},
 		{"Logs", testLogs},
