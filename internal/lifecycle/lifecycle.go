@@ -132,11 +132,9 @@ func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
 		l.logErr("noting a failing alert", sub.ID, err)
 		return
 	}
-	p := map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": f.Reason,
-		"last_status": f.Status, "last_error": f.Error, "last_attempt_at": f.At.UTC()}
-	if st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID); err == nil {
-		p["failing_since"], p["pending"], p["failed"] = timeOrNil(st.FailingSince), st.Pending, st.Failed
-	}
+	st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID)
+	l.logErr("reading a failing subscription's figures", sub.ID, err)
+	p := failingPayload(sub, f, st)
 	if l.emit(ctx, sub.TenantID, TypeFailing, sub.ID, p) != nil {
 		// Not sent: let the next sign of failing send it (an hour on).
 		_, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, false, time.Now().UTC(), alertEvery)
@@ -209,33 +207,13 @@ func (l *Lifecycle) send(ctx context.Context, n store.Notice) {
 	l.logErr("marking "+typ+" sent", n.SubscriptionID, l.cfg.Store.NoticeSent(ctx, n))
 }
 
-// disabledPayload is what a disable tells: sub as written, and the
-// failures that led to it.
-func disabledPayload(sub core.Subscription, st store.DeliveryStats) map[string]any {
-	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": sub.DisabledReason,
-		"disabled_at": sub.UpdatedAt.UTC(), "failing_since": timeOrNil(st.FailingSince), "failed": st.Failed}
-}
-
-// replayPayload is what a finished job tells.
-func replayPayload(job core.ReplayJob, url string) map[string]any {
-	return map[string]any{"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": url,
-		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
-		"replayed": job.Replayed}
-}
-
 // Scan sends the recoveries due and the events decisions still owe
 // (store.Notices), and disables what failed for DisableAfter.
 func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 	rec, err := l.cfg.Store.SubscriptionsRecovered(ctx)
 	l.logErr("listing recovered subscriptions", "", err)
 	for _, f := range rec {
-		moved, err := l.cfg.Store.SubscriptionAlert(ctx, f.ID, false, now, alertEvery)
-		if err != nil || !moved {
-			l.logErr("noting a recovery", f.ID, err)
-			continue
-		}
-		l.emit(ctx, f.TenantID, TypeRecovered, f.ID, map[string]any{
-			"subscription_id": f.ID, "url": f.URL, "recovered_at": now.UTC()})
+		l.recovered(ctx, f, now)
 	}
 	notices, err := l.cfg.Store.Notices(ctx)
 	l.logErr("listing the operational events owed", "", err)
@@ -260,6 +238,75 @@ func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 			l.cfg.Log.Warn("subscription disabled", "subscription", f.ID, "reason", reason)
 		}
 	}
+}
+
+// recovered tells the owner f recovered, once (nodes racing send it
+// once): how long it failed, and the attempt that succeeded.
+func (l *Lifecycle) recovered(ctx context.Context, f store.FailingSubscription, now time.Time) {
+	moved, err := l.cfg.Store.SubscriptionAlert(ctx, f.ID, false, now, alertEvery)
+	if err != nil || !moved {
+		l.logErr("noting a recovery", f.ID, err)
+		return
+	}
+	ok, err := l.succeeded(ctx, f)
+	l.logErr("reading the attempt that recovered", f.ID, err)
+	l.emit(ctx, f.TenantID, TypeRecovered, f.ID, recoveredPayload(f, ok, now))
+}
+
+// succeeded finds the first successful attempt after f's last failure:
+// among the newest page of them, the earliest. Zero if none is kept.
+func (l *Lifecycle) succeeded(ctx context.Context, f store.FailingSubscription) (core.Attempt, error) {
+	page, err := l.cfg.Store.AttemptList(ctx, store.AttemptListParams{SubscriptionID: f.ID, Since: f.LastFailureAt, Limit: 100})
+	var first core.Attempt
+	for _, r := range page.Data {
+		if a := r.Attempt; a.StatusCode >= 200 && a.StatusCode < 300 && (first.StartedAt.IsZero() || a.StartedAt.Before(first.StartedAt)) {
+			first = a
+		}
+	}
+	return first, err
+}
+
+// The payloads, one function each: docs/api.md lists their fields
+// (TestPayloadsAreDocumented).
+
+// failingPayload is what a failing alert tells: why, the attempt that
+// showed it, and how the subscription's deliveries stand.
+func failingPayload(sub *core.Subscription, f Failure, st store.DeliveryStats) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": f.Reason,
+		"last_status": f.Status, "last_error": f.Error, "last_attempt_at": f.At.UTC(),
+		"failing_since": timeOrNil(st.FailingSince), "pending": st.Pending, "failed": st.Failed}
+}
+
+// recoveredPayload is what a recovery tells: since when f failed and
+// for how long (up to the attempt that succeeded, or now if none is
+// kept), and that attempt.
+func recoveredPayload(f store.FailingSubscription, ok core.Attempt, now time.Time) map[string]any {
+	p := map[string]any{"subscription_id": f.ID, "url": f.URL, "recovered_at": now.UTC(),
+		"failing_since": timeOrNil(f.FailingSince), "last_failure_at": timeOrNil(f.LastFailureAt),
+		"failed_for_seconds": nil, "succeeded_at": nil, "status": nil, "duration_ms": nil}
+	end := now
+	if !ok.StartedAt.IsZero() {
+		end = ok.StartedAt
+		p["succeeded_at"], p["status"], p["duration_ms"] = ok.StartedAt.UTC(), ok.StatusCode, ok.Duration.Milliseconds()
+	}
+	if !f.FailingSince.IsZero() {
+		p["failed_for_seconds"] = int64(max(0, end.Sub(f.FailingSince)) / time.Second)
+	}
+	return p
+}
+
+// disabledPayload is what a disable tells: sub as written, and the
+// failures that led to it.
+func disabledPayload(sub core.Subscription, st store.DeliveryStats) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": sub.DisabledReason,
+		"disabled_at": sub.UpdatedAt.UTC(), "failing_since": timeOrNil(st.FailingSince), "failed": st.Failed}
+}
+
+// replayPayload is what a finished job tells.
+func replayPayload(job core.ReplayJob, url string) map[string]any {
+	return map[string]any{"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": url,
+		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
+		"replayed": job.Replayed}
 }
 
 // emit writes one operational event into tenant's stream.

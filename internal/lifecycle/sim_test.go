@@ -10,6 +10,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -37,6 +38,7 @@ type delivered struct {
 	typ    string
 	about  string // an operational event's subscription_id
 	status int
+	data   map[string]any
 }
 
 // world is one node and its endpoints, by URL.
@@ -116,11 +118,10 @@ func (w *world) Send(ctx context.Context, sub *core.Subscription, job *core.Job,
 	time.Sleep(10 * time.Millisecond)
 	w.mu.Lock()
 	status := w.answer[sub.URL](now)
-	var about struct {
-		SubscriptionID string `json:"subscription_id"`
-	}
-	json.Unmarshal(job.Event.Payload, &about)
-	w.seen[sub.URL] = append(w.seen[sub.URL], delivered{at: now, typ: job.Event.Type, about: about.SubscriptionID, status: status})
+	var data map[string]any
+	json.Unmarshal(job.Event.Payload, &data)
+	about, _ := data["subscription_id"].(string)
+	w.seen[sub.URL] = append(w.seen[sub.URL], delivered{at: now, typ: job.Event.Type, about: about, status: status, data: data})
 	w.mu.Unlock()
 	out := send.Outcome{StartedAt: now, Duration: 10 * time.Millisecond, StatusCode: status, Class: send.Retry}
 	if status >= 200 && status < 300 {
@@ -231,8 +232,18 @@ func TestSimASuccessResetsTheClock(t *testing.T) {
 		if n := len(w.events(ops, TypeDisabled)); n != 0 {
 			t.Errorf("%d disabled events", n)
 		}
-		if n := len(w.events(ops, TypeRecovered)); n < 1 {
-			t.Errorf("no recovered event after day four's success")
+		recovered := w.events(ops, TypeRecovered)
+		if len(recovered) < 1 {
+			t.Fatalf("no recovered event after day four's success")
+		}
+		// It says since when it failed, for how long, and the attempt
+		// that succeeded (Send answers in 10 ms).
+		d := recovered[0].data
+		since, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(d["failing_since"]))
+		ok, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(d["succeeded_at"]))
+		if since.Sub(start) > time.Hour || ok.Before(day4) || ok.After(day4.Add(time.Hour)) || d["status"] != 200.0 || d["duration_ms"] != 10.0 ||
+			d["failed_for_seconds"] != float64(ok.Sub(since)/time.Second) || d["subscription_id"] != flaky.ID {
+			t.Errorf("the recovered event says %v; want it failing since the start, for %s, recovered by a 200 of 10 ms on day four", d, ok.Sub(since))
 		}
 		w.stop()
 	})

@@ -307,11 +307,15 @@ type Store interface {
 	// at lastAfter or later.
 	SubscriptionsFailing(ctx context.Context, before, lastAfter time.Time) ([]FailingSubscription, error)
 	// SubscriptionsRecovered lists the subscriptions alerted failing
-	// (SubscriptionAlert) whose attempts succeed again.
+	// (SubscriptionAlert) whose attempts succeed again, each with the
+	// FailingSince its failing alert saw (the success cleared the
+	// subscription's own) and its last failure.
 	SubscriptionsRecovered(ctx context.Context) ([]FailingSubscription, error)
 	// SubscriptionAlert moves a subscription's alert state, once: with
 	// failing, to failing unless it is failing already or was alerted failing
-	// less than every before now; else from failing back to ok. It reports
+	// less than every before now (keeping what failing_since is then, or
+	// now if the result writes have not set it yet, for
+	// SubscriptionsRecovered); else from failing back to ok. It reports
 	// whether it moved: the caller sends the alert only then, so nodes
 	// racing send it once.
 	SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error)

@@ -20,7 +20,7 @@ func (s *Store) SubscriptionsFailing(ctx context.Context, before, lastAfter time
 }
 
 func (s *Store) SubscriptionsRecovered(ctx context.Context) ([]store.FailingSubscription, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT `+failingColumns+` FROM subscriptions
+	rows, _ := s.pool.Query(ctx, `SELECT id, tenant_id, url, host, alert_since, last_failure_at FROM subscriptions
 		WHERE alert_state = 'failing' AND failing_since IS NULL ORDER BY id`)
 	return collectFailing(rows)
 }
@@ -39,7 +39,7 @@ func collectFailing(rows pgx.Rows) ([]store.FailingSubscription, error) {
 func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error) {
 	q, args := `UPDATE subscriptions SET alert_state = 'ok' WHERE id = $1 AND alert_state = 'failing'`, []any{id}
 	if failing {
-		q = `UPDATE subscriptions SET alert_state = 'failing', alerted_at = $2
+		q = `UPDATE subscriptions SET alert_state = 'failing', alerted_at = $2, alert_since = coalesce(failing_since, $2)
 			WHERE id = $1 AND alert_state <> 'failing' AND (alerted_at IS NULL OR alerted_at <= $3)`
 		args = append(args, now, now.Add(-every))
 	}
@@ -55,7 +55,7 @@ func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, 
 // then on, so what failed before it was turned off neither disables it
 // again nor is announced as recovered. Its last failure is kept.
 func restartFailing(ctx context.Context, tx pgx.Tx, id string) error {
-	_, err := tx.Exec(ctx, `UPDATE subscriptions SET failing_since = NULL, alert_state = 'ok' WHERE id = $1`, id)
+	_, err := tx.Exec(ctx, `UPDATE subscriptions SET failing_since = NULL, alert_state = 'ok', alert_since = NULL WHERE id = $1`, id)
 	return err
 }
 

@@ -19,7 +19,7 @@ func (s *Store) SubscriptionsFailing(ctx context.Context, before, lastAfter time
 }
 
 func (s *Store) SubscriptionsRecovered(ctx context.Context) ([]store.FailingSubscription, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, tenant_id, url, host, failing_since, last_failure_at FROM subscriptions
+	rows, err := s.r.QueryContext(ctx, `SELECT id, tenant_id, url, host, alert_since, last_failure_at FROM subscriptions
 		WHERE alert_state = 'failing' AND failing_since = 0 ORDER BY id`)
 	if err != nil {
 		return nil, mapErr(err)
@@ -48,8 +48,9 @@ func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, 
 		var res sql.Result
 		var err error
 		if failing {
-			res, err = tx.ExecContext(ctx, `UPDATE subscriptions SET alert_state = 'failing', alerted_at = ?
-				WHERE id = ? AND alert_state <> 'failing' AND alerted_at <= ?`, ns(now), id, ns(now.Add(-every)))
+			res, err = tx.ExecContext(ctx, `UPDATE subscriptions SET alert_state = 'failing', alerted_at = ?1,
+				alert_since = CASE WHEN failing_since > 0 THEN failing_since ELSE ?1 END
+				WHERE id = ?2 AND alert_state <> 'failing' AND alerted_at <= ?3`, ns(now), id, ns(now.Add(-every)))
 		} else {
 			res, err = tx.ExecContext(ctx, `UPDATE subscriptions SET alert_state = 'ok'
 				WHERE id = ? AND alert_state = 'failing'`, id)
@@ -69,7 +70,7 @@ func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, 
 // then on, so what failed before it was turned off neither disables it
 // again nor is announced as recovered. Its last failure is kept.
 func restartFailing(ctx context.Context, tx *sql.Tx, id string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE subscriptions SET failing_since = 0, alert_state = 'ok' WHERE id = ?`, id)
+	_, err := tx.ExecContext(ctx, `UPDATE subscriptions SET failing_since = 0, alert_state = 'ok', alert_since = 0 WHERE id = ?`, id)
 	return err
 }
 

@@ -89,6 +89,11 @@ func testFailing(t *testing.T, s store.Store) {
 		t.Fatalf("after a success: failing since %v", got)
 	}
 	same(t, "recovered", recovered(), []string{sub.ID})
+	// With what it had been failing since at its alert, and its last failure.
+	rs, err := s.SubscriptionsRecovered(f.ctx)
+	noErr(t, "SubscriptionsRecovered", err)
+	same(t, "the recovered subscription", rs, []store.FailingSubscription{{ID: sub.ID, TenantID: a.ID, URL: sub.URL, Host: sub.Host,
+		FailingSince: at(26 * time.Hour), LastFailureAt: at(26 * time.Hour)}})
 	if !alert(false, at(27*time.Hour+2*time.Minute)) || alert(false, at(27*time.Hour+2*time.Minute)) {
 		t.Fatal("recovered alert: want it moved once")
 	}
