@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/webhook"
@@ -380,7 +381,8 @@ type testEventRequest struct {
 
 // testSubscription sends a hookd.test event to one subscription alone, as
 // an endpoint's owner checks a new endpoint: signed and retried like any
-// other delivery. The body is optional.
+// other delivery, within the tenant's ingest rate like any event, and
+// audited. The body is optional.
 func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req testEventRequest
 	if r.ContentLength != 0 {
@@ -399,7 +401,7 @@ func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p prin
 	case len(payload) > core.MaxPayloadBytes:
 		return errTooLarge
 	}
-	res, err := s.Ingest.Submit(r.Context(), core.Event{TenantID: sub.TenantID, Type: core.ReservedPrefix + "test",
+	res, err := s.submitEvent(w, r, core.Event{TenantID: sub.TenantID, Type: core.ReservedPrefix + "test",
 		Payload: payload, Only: sub.ID})
 	if err != nil {
 		return err
@@ -411,6 +413,13 @@ func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p prin
 			Message: "the subscription is not known to this node yet; try again"}
 	}
 	d := res.Deliveries[0]
+	// After the send, so the entry names it. Should the entry fail, so
+	// does the answer: a client's retry sends another test event, which
+	// is harmless, and no answered test goes unrecorded.
+	ctx := audit.Record(r.Context(), audit.SubscriptionTest, sub.ID, map[string]any{"event_id": res.EventID, "delivery_id": d.ID})
+	if err := s.Store.SubscriptionTested(ctx, sub); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"event_id": res.EventID, "delivery_id": d.ID, "state": string(d.State)})
 	return nil
 }

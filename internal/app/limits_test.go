@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -12,6 +13,26 @@ import (
 	"hookd/internal/core"
 	"hookd/internal/testenv"
 )
+
+// callAdmin calls the API as the admin, answering the headers too.
+func callAdmin(t *testing.T, e *env, method, path string, body any) (int, map[string]any, http.Header) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.base+path, r)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, resp.Header
+}
 
 // TestIngestRateLimitPerTenant: over its rate a tenant's POST /v1/events
 // answers 429 with Retry-After and writes nothing; another tenant is not
@@ -24,20 +45,11 @@ func TestIngestRateLimitPerTenant(t *testing.T) {
 	for range 3 {
 		e.post(e.admin, "a.b", map[string]any{})
 	}
-	body, _ := json.Marshal(map[string]any{"type": "a.b", "payload": map[string]any{}})
-	req, _ := http.NewRequest("POST", e.base+"/v1/events", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	st, out, header := callAdmin(t, e, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}})
+	if st != http.StatusTooManyRequests || errCode(out) != "ingest_rate_limited" {
+		t.Fatalf("fourth event of a burst of 3: %d %v, want 429 ingest_rate_limited", st, out)
 	}
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests || errCode(out) != "ingest_rate_limited" {
-		t.Fatalf("fourth event of a burst of 3: %d %v, want 429 ingest_rate_limited", resp.StatusCode, out)
-	}
-	if ra := resp.Header.Get("Retry-After"); ra != "1000" {
+	if ra := header.Get("Retry-After"); ra != "1000" {
 		t.Errorf("Retry-After %q, want 1000 (one event at 0.001/s)", ra)
 	}
 	if n := count(t, db, "SELECT count(*) FROM events"); n != 3 {
@@ -151,4 +163,32 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 		t.Fatalf("stepping the job: %+v %v", j, err)
 	}
 	e.admin.Must(202, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
+}
+
+// TestTestEventWithinIngestRateAndAudited: a test event spends a token of
+// its tenant's ingest rate like any event (over it: 429 with Retry-After,
+// nothing written) and is audited with the event and delivery it made.
+func TestTestEventWithinIngestRateAndAudited(t *testing.T) {
+	t.Parallel()
+	e, db := startFile(t, func(c *Config) { c.Limits = api.Limits{IngestRate: 0.001, IngestBurst: 2} })
+	rc := testenv.NewReceiver(t)
+	sub, _ := e.subscribe(e.admin, rc.URL, []string{"order.*"}, nil)
+	e.post(e.admin, "order.created", map[string]any{})
+	sent := e.admin.Must(http.StatusAccepted, "POST", "/v1/subscriptions/"+sub+"/test", nil)
+	st, out, header := callAdmin(t, e, "POST", "/v1/subscriptions/"+sub+"/test", nil)
+	if st != http.StatusTooManyRequests || errCode(out) != "ingest_rate_limited" || header.Get("Retry-After") != "1000" {
+		t.Fatalf("a test event over the tenant's rate: %d %v (Retry-After %q), want 429 ingest_rate_limited, Retry-After 1000",
+			st, out, header.Get("Retry-After"))
+	}
+	if n := count(t, db, "SELECT count(*) FROM events"); n != 2 {
+		t.Errorf("%d events stored, want the event and the one test event accepted", n)
+	}
+	entries := auditRows(t, e.admin, "&action=subscription.test")
+	if len(entries) != 1 {
+		t.Fatalf("audit entries of test events: %v, want the one sent", entries)
+	}
+	detail, _ := entries[0]["detail"].(map[string]any)
+	if entries[0]["target_id"] != sub || entries[0]["actor"] != "admin" || detail["event_id"] != sent["event_id"] || detail["delivery_id"] != sent["delivery_id"] {
+		t.Errorf("the test event's audit entry %v, want it naming %s, the admin and %v", entries[0], sub, sent)
+	}
 }

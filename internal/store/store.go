@@ -37,7 +37,8 @@ var (
 // method is safe for concurrent use. A tenantID of "" means any tenant (admin).
 //
 // The audit log: TenantCreate, TenantUpdate, TenantDelete, APIKeyCreate, APIKeyRevoke,
-// SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
+// SubscriptionCreate, SubscriptionUpdate, SubscriptionDisable, SubscriptionDelete,
+// SubscriptionTested,
 // DeliveryReplay, ReplayJobCreate, ReplayJobCancel, PortalLinkCreate and
 // PortalLinkRedeem write the entry their context carries
 // (audit.Record) in the change's own transaction, with TenantID set to the
@@ -115,6 +116,10 @@ type Store interface {
 	// So the event is never lost between the decision and its write.
 	// Errors as SubscriptionUpdate's; on error no notice is written.
 	SubscriptionDisable(ctx context.Context, s core.Subscription, notice []byte) error
+	// SubscriptionTested records that a test event was sent to s: it
+	// writes the audit entry ctx carries under s's tenant, alone (no row
+	// of s changes).
+	SubscriptionTested(ctx context.Context, s core.Subscription) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for
 	// the retention window) and skips its pending deliveries, as
 	// SubscriptionUpdate does for a disabled one.

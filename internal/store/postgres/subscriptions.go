@@ -218,6 +218,10 @@ func (s *Store) updateSub(ctx context.Context, sub core.Subscription, notice []b
 	return err
 }
 
+func (s *Store) SubscriptionTested(ctx context.Context, sub core.Subscription) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error { return writeAudit(ctx, tx, sub.TenantID) }))
+}
+
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
 	err := mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		var tenant string

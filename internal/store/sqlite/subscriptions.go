@@ -231,6 +231,10 @@ func (s *Store) updateSub(ctx context.Context, sub core.Subscription, notice []b
 	return nil
 }
 
+func (s *Store) SubscriptionTested(ctx context.Context, sub core.Subscription) error {
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error { return writeAudit(ctx, tx, sub.TenantID) }))
+}
+
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
 	err := mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
 		var tenant string
