@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -202,17 +203,10 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p pr
 
 // addSubscription creates sub (validated, of a resolved tenant) within the
 // tenant's limit, with a new ID and times, and a new secret unless it has
-// one: the one way both APIs create a subscription.
+// one: the one way both APIs create a subscription. The store counts the
+// tenant's subscriptions in the create's own transaction, so the limit
+// holds across nodes.
 func (s *Server) addSubscription(ctx context.Context, sub *core.Subscription) error {
-	tenant := sub.TenantID
-	if limit := s.Limits.MaxSubscriptions; limit > 0 {
-		// Counted in this node's registry, which holds every live
-		// subscription (another node's within a notification).
-		defer s.creating.lock(tenant)()
-		if s.Subs.Registry().Count(tenant) >= limit {
-			return errSubscriptionLimit(tenant, limit)
-		}
-	}
 	if sub.Secret == "" {
 		secret, err := webhook.NewSecret()
 		if err != nil {
@@ -223,7 +217,11 @@ func (s *Server) addSubscription(ctx context.Context, sub *core.Subscription) er
 	now := time.Now().UTC()
 	sub.ID = core.NewID("sub")
 	sub.CreatedAt, sub.UpdatedAt = now, now
-	return s.Subs.Create(ctx, *sub)
+	err := s.Subs.CreateWithin(ctx, *sub, s.Limits.MaxSubscriptions)
+	if errors.Is(err, store.ErrLimit) {
+		return errSubscriptionLimit(sub.TenantID, s.Limits.MaxSubscriptions)
+	}
+	return err
 }
 
 func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request, p principal) error {

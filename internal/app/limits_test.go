@@ -3,8 +3,10 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,8 +121,9 @@ func TestSubscriptionLimitPerTenant(t *testing.T) {
 }
 
 // TestOneBulkReplayPerSubscription: while a subscription's bulk replay
-// runs, another answers 409 naming the running job, and no job is written.
-// The node's replay runner is stopped so the first job stays running.
+// runs, another answers 429 with Retry-After, naming the limit and the
+// running job, and no job is written. The node's replay runner is
+// stopped so the first job stays running.
 func TestOneBulkReplayPerSubscription(t *testing.T) {
 	t.Parallel()
 	e, db := startFile(t, nil)
@@ -143,8 +146,8 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 			switch {
 			case st == 202:
 				jobs = append(jobs, out["job_id"].(string))
-			case st != 409 || errCode(out) != "replay_running":
-				t.Errorf("a replay while one runs: %d %v, want 409 replay_running", st, out)
+			case st != 429 || errCode(out) != "replay_running":
+				t.Errorf("a replay while one runs: %d %v, want 429 replay_running", st, out)
 			}
 		}()
 	}
@@ -152,9 +155,12 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 	if n := count(t, db, "SELECT count(*) FROM replay_jobs WHERE subscription_id = ?", sub); len(jobs) != 1 || n != 1 {
 		t.Fatalf("5 replays at once: %d answered 202, %d stored; want 1 and 1", len(jobs), n)
 	}
-	st, out := e.admin.Do("POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
-	if e, _ := out["error"].(map[string]any); st != 409 || e["job_id"] != jobs[0] {
-		t.Fatalf("replay while %s runs: %d %v, want 409 with its job_id", jobs[0], st, out)
+	st, out, header := callAdmin(t, e, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
+	refusal, _ := out["error"].(map[string]any)
+	if st != 429 || refusal["job_id"] != jobs[0] || header.Get("Retry-After") != "30" ||
+		!strings.Contains(fmt.Sprint(refusal["message"]), "one runs per subscription at a time") {
+		t.Fatalf("replay while %s runs: %d %v (Retry-After %q), want 429 naming the limit and the job, Retry-After 30",
+			jobs[0], st, out, header.Get("Retry-After"))
 	}
 	// Another subscription is not held back.
 	e.admin.Must(202, "POST", "/v1/subscriptions/"+other+"/replay", map[string]any{"since": since})

@@ -31,6 +31,9 @@ var (
 	ErrFull = errors.New("store full")
 	// ErrInvalidCursor: a list's cursor is not one the store made.
 	ErrInvalidCursor = errors.New("invalid cursor")
+	// ErrLimit: the write would take its tenant past a limit it was given;
+	// nothing was written.
+	ErrLimit = errors.New("over a limit")
 )
 
 // Store is everything the API and the dispatcher need from storage. Every
@@ -86,6 +89,14 @@ type Store interface {
 
 	// SubscriptionCreate inserts s. ErrConflict if the ID exists.
 	SubscriptionCreate(ctx context.Context, s core.Subscription) error
+	// SubscriptionCreateWithin is SubscriptionCreate within a limit: s is
+	// inserted only if its tenant has fewer than max live subscriptions
+	// (paused and disabled ones count, deleted ones not; max <= 0: no
+	// limit), counted in the insert's transaction, which creates of one
+	// tenant take in turn on every node sharing the store, so racing
+	// creates never pass the limit together. ErrLimit, with nothing
+	// written, if it has max already.
+	SubscriptionCreateWithin(ctx context.Context, s core.Subscription, max int) error
 	// SubscriptionGet returns a live (not deleted) subscription. ErrNotFound otherwise.
 	SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error)
 	// SubscriptionList pages live subscriptions of one tenant (or, with
@@ -235,7 +246,11 @@ type Store interface {
 	// An error if p is not a valid range (see DeliveryBucketsParams).
 	DeliveryBuckets(ctx context.Context, p DeliveryBucketsParams) ([]DeliveryBucket, error)
 	// ReplayJobCreate inserts a job with its States and Rate (State
-	// running, Replayed 0, Cursor "").
+	// running, Replayed 0, Cursor ""), unless a job of its subscription is
+	// running: then ErrConflict, with nothing written. The check is in the
+	// insert's transaction, which creates of one subscription take in
+	// turn on every node sharing the store, so one job runs per
+	// subscription however the creates race.
 	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
 	// ReplayJobGet returns a job of a live subscription. ErrNotFound if
 	// absent or another tenant's.

@@ -55,6 +55,13 @@ func (v *Service) Registry() *Registry { return v.reg }
 // Create stores s, made whole by the caller (ID, tenant, secret, times),
 // then adds it to the registry. store.ErrConflict if its ID exists.
 func (v *Service) Create(ctx context.Context, s core.Subscription) error {
+	return v.CreateWithin(ctx, s, 0)
+}
+
+// CreateWithin is Create within a limit of max live subscriptions for
+// s's tenant (0: none), which the store checks in the create's own
+// transaction (store.SubscriptionCreateWithin): store.ErrLimit over it.
+func (v *Service) CreateWithin(ctx context.Context, s core.Subscription, max int) error {
 	unlock, err := v.locks.lock(ctx, s.ID)
 	if err != nil {
 		return err
@@ -63,7 +70,7 @@ func (v *Service) Create(ctx context.Context, s core.Subscription) error {
 	wctx, cancel := detach(ctx)
 	defer cancel()
 	wctx = audit.Record(wctx, audit.SubscriptionCreate, s.ID, map[string]any{"host": s.Host, "event_types": s.EventTypes})
-	if err := v.store.SubscriptionCreate(wctx, s); err != nil {
+	if err := v.store.SubscriptionCreateWithin(wctx, s, max); err != nil {
 		return fmt.Errorf("creating subscription: %w", err)
 	}
 	v.reg.Put(s)

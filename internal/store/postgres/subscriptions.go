@@ -66,11 +66,30 @@ func (s *Store) scanSub(row pgx.Row) (core.Subscription, error) {
 func changed(id string) store.Due { return store.Due{Kind: store.DueSubscription, SubscriptionID: id} }
 
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
+	return s.SubscriptionCreateWithin(ctx, sub, 0)
+}
+
+func (s *Store) SubscriptionCreateWithin(ctx context.Context, sub core.Subscription, max int) error {
 	sealed, err := store.SealSubscription(s.keys, sub)
 	if err != nil {
 		return err
 	}
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		if max > 0 {
+			// Creates of one tenant take turns on every node (the lock ends
+			// with the transaction), so the count holds until the commit.
+			if err := takeTurn(ctx, tx, "subscriptions.create."+sub.TenantID); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE tenant_id = $1 AND deleted_at IS NULL`,
+				sub.TenantID).Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				return store.ErrLimit
+			}
+		}
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO subscriptions (`+subColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,

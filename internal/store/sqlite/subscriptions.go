@@ -99,11 +99,27 @@ func (s *Store) scanSub(sc scanner) (core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
+	return s.SubscriptionCreateWithin(ctx, sub, 0)
+}
+
+func (s *Store) SubscriptionCreateWithin(ctx context.Context, sub core.Subscription, max int) error {
 	r, err := s.encodeSub(sub)
 	if err != nil {
 		return err
 	}
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		// The one writer connection takes every write in turn: the count
+		// holds until the commit.
+		if max > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscriptions INDEXED BY subscriptions_tenant
+				WHERE tenant_id = ? AND deleted_at IS NULL`, sub.TenantID).Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				return store.ErrLimit
+			}
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (`+subColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, r.sealed.Secret, r.sealed.PrevSecret, r.prevExp,
