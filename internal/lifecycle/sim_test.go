@@ -175,6 +175,7 @@ const ops = "https://ops.example/hooks" // the tenant's operations endpoint, sub
 func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
 		start := time.Now()
 		dead := w.subscribe("https://dead.example/hook", []string{"order.*", "hookd.*"}, always(500))
 		w.subscribe(ops, []string{"hookd.*"}, always(200))
@@ -194,6 +195,12 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 		if disabled[0].about != dead.ID {
 			t.Errorf("the disabled event names %q, want %s", disabled[0].about, dead.ID)
 		}
+		// The reason names the period and since when, on the subscription
+		// and in the event.
+		reason := "every attempt failed for 5 days (since " + start.UTC().Format(time.RFC3339) + ")"
+		if got.DisabledReason != reason || disabled[0].data["reason"] != reason {
+			t.Errorf("disabled for %q, the event says %q; want %q", got.DisabledReason, disabled[0].data["reason"], reason)
+		}
 		if n := len(w.events(ops, TypeFailing)); n < 1 {
 			t.Errorf("%d failing events before the disable, want at least one", n)
 		}
@@ -205,7 +212,27 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 		}
 		w.mu.Unlock()
 		t.Logf("disabled %s after the first failure: %q", disabled[0].at.Sub(start), got.DisabledReason)
-		w.stop()
+	})
+}
+
+// With --disable-after 0, six days of nothing but failures disable
+// nothing; the owner still hears it fails.
+func TestSimDisableAfterZeroNeverDisables(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 0)
+		defer w.stop()
+		dead := w.subscribe("https://dead.example/hook", []string{"order.*"}, always(500))
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		var wg sync.WaitGroup
+		w.traffic(&wg, "order.created", 6*time.Hour, 6*24*time.Hour)
+		wg.Wait()
+		time.Sleep(time.Hour)
+		if got, n := w.state(dead.ID), len(w.events(ops, TypeDisabled)); got.State != core.SubActive || n != 0 {
+			t.Fatalf("six days of 500s with --disable-after 0: %s (%q), %d disabled events; want active, none", got.State, got.DisabledReason, n)
+		}
+		if n := len(w.events(ops, TypeFailing)); n < 1 {
+			t.Errorf("%d failing events, want at least one", n)
+		}
 	})
 }
 
@@ -214,6 +241,7 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 func TestSimASuccessResetsTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
 		start := time.Now()
 		day4 := start.Add(4 * 24 * time.Hour)
 		flaky := w.subscribe("https://flaky.example/hook", []string{"order.*"}, func(now time.Time) int {
@@ -245,7 +273,6 @@ func TestSimASuccessResetsTheClock(t *testing.T) {
 			d["failed_for_seconds"] != float64(ok.Sub(since)/time.Second) || d["subscription_id"] != flaky.ID {
 			t.Errorf("the recovered event says %v; want it failing since the start, for %s, recovered by a 200 of 10 ms on day four", d, ok.Sub(since))
 		}
-		w.stop()
 	})
 }
 
@@ -254,6 +281,7 @@ func TestSimASuccessResetsTheClock(t *testing.T) {
 func TestSimFlappingAlertsAtMostHourly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
 		start := time.Now()
 		w.subscribe("https://flap.example/hook", []string{"order.*"}, func(now time.Time) int {
 			if int(now.Sub(start)/(10*time.Minute))%2 == 1 {
@@ -282,7 +310,6 @@ func TestSimFlappingAlertsAtMostHourly(t *testing.T) {
 			t.Errorf("%d failing and %d recovered events over five hours of flapping, want 2..6 each", len(failing), len(recovered))
 		}
 		t.Logf("five hours flapping every ten minutes: %d failing, %d recovered events", len(failing), len(recovered))
-		w.stop()
 	})
 }
 
