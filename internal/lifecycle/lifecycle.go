@@ -176,35 +176,39 @@ func (l *Lifecycle) ReplayCompleted(ctx context.Context, job core.ReplayJob) {
 	l.send(ctx, store.Notice{SubscriptionID: sub.ID, TenantID: sub.TenantID, Host: sub.Host, URL: sub.URL, Job: job})
 }
 
-// send writes the event n owes under an idempotency key of the decision
-// (the subscription and when it was disabled; the job), then marks it
-// sent. Until then the scan sends it again: a failure on either side is
-// retried, and a retry of an event already written writes nothing.
+// send writes the event n owes, then marks it sent. Until then the scan
+// sends it again: a failure on either side is retried, and a retry of an
+// event already written writes nothing (its idempotency key).
 func (l *Lifecycle) send(ctx context.Context, n store.Notice) {
-	typ, key, payload := TypeDisabled, "", n.Disabled
-	if n.Job.ID != "" {
-		typ, key = TypeReplayCompleted, TypeReplayCompleted+":"+n.Job.ID
-		var err error
-		if payload, err = json.Marshal(replayPayload(n.Job, n.URL)); err != nil {
-			l.logErr("encoding "+typ, n.SubscriptionID, err)
-			return
-		}
-	} else {
-		var p struct {
-			DisabledAt time.Time `json:"disabled_at"`
-		}
-		if err := json.Unmarshal(payload, &p); err != nil {
-			l.logErr("reading a disabled notice", n.SubscriptionID, err)
-			return
-		}
-		key = TypeDisabled + ":" + n.SubscriptionID + ":" + p.DisabledAt.UTC().Format(time.RFC3339Nano)
+	ev, err := owed(n)
+	if err == nil {
+		_, err = l.cfg.Ingest.Submit(ctx, ev)
 	}
-	ev := core.Event{TenantID: n.TenantID, Type: typ, Payload: payload, About: n.SubscriptionID, IdempotencyKey: key}
-	if _, err := l.cfg.Ingest.Submit(ctx, ev); err != nil {
-		l.logErr("emitting "+typ, n.SubscriptionID, err)
+	if err != nil {
+		l.logErr("emitting "+ev.Type, n.SubscriptionID, err)
 		return
 	}
-	l.logErr("marking "+typ+" sent", n.SubscriptionID, l.cfg.Store.NoticeSent(ctx, n))
+	l.logErr("marking "+ev.Type+" sent", n.SubscriptionID, l.cfg.Store.NoticeSent(ctx, n))
+}
+
+// owed is the event n owes, under an idempotency key of the decision: the
+// subscription and when it was disabled, or the job.
+func owed(n store.Notice) (core.Event, error) {
+	ev := core.Event{TenantID: n.TenantID, Type: TypeDisabled, Payload: n.Disabled, About: n.SubscriptionID}
+	if n.Job.ID != "" {
+		ev.Type, ev.IdempotencyKey = TypeReplayCompleted, TypeReplayCompleted+":"+n.Job.ID
+		var err error
+		ev.Payload, err = json.Marshal(replayPayload(n.Job, n.URL))
+		return ev, err
+	}
+	var p struct {
+		DisabledAt time.Time `json:"disabled_at"`
+	}
+	if err := json.Unmarshal(n.Disabled, &p); err != nil {
+		return ev, fmt.Errorf("reading the notice: %w", err)
+	}
+	ev.IdempotencyKey = TypeDisabled + ":" + n.SubscriptionID + ":" + p.DisabledAt.UTC().Format(time.RFC3339Nano)
+	return ev, nil
 }
 
 // Scan sends the recoveries due and the events decisions still owe

@@ -164,6 +164,12 @@ func TestDisabledEventIsWrittenOnceThroughFailures(t *testing.T) {
 			if ns, err := b.st.Notices(t.Context()); err != nil || len(ns) != 0 {
 				t.Fatalf("notices left: %+v %v", ns, err)
 			}
+			// Its key is the decision, as docs/api.md says.
+			off, _ := b.st.SubscriptionGet(t.Context(), "", dead.ID)
+			page, err := b.st.EventList(t.Context(), store.EventListParams{TenantID: core.DefaultTenant, Types: []string{TypeDisabled}, Limit: 1})
+			if want := TypeDisabled + ":" + dead.ID + ":" + off.UpdatedAt.UTC().Format(time.RFC3339Nano); err != nil || page.Data[0].IdempotencyKey != want {
+				t.Errorf("the event's idempotency key %q (%v), want %q", page.Data[0].IdempotencyKey, err, want)
+			}
 		})
 	}
 }
