@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"hookd/internal/core"
@@ -24,6 +25,8 @@ type apiError struct {
 	RequestID string `json:"request_id,omitempty"`
 	// JobID names the bulk replay already running (replay_running).
 	JobID string `json:"job_id,omitempty"`
+	// RetryAfter, if set, is answered as the Retry-After header (seconds).
+	RetryAfter int `json:"-"`
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -100,6 +103,9 @@ func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, err error) *ap
 	var fe *core.FieldError
 	switch {
 	case errors.As(err, &ae):
+		if ae.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
+		}
 	case errors.As(err, &fe):
 		ae = errInvalid(fe.Field, fe.Message)
 	case errors.Is(err, store.ErrNotFound):

@@ -74,7 +74,7 @@ func validateEvent(ev core.Event) error {
 // writes the event (validated, tenant resolved): the one way a client's
 // event comes in.
 func (s *Server) submitEvent(w http.ResponseWriter, r *http.Request, ev core.Event) (ingest.Result, error) {
-	if err := s.limitIngest(w, ev.TenantID); err != nil {
+	if err := s.limitIngest(ev.TenantID); err != nil {
 		return ingest.Result{}, err
 	}
 	return s.Ingest.Submit(r.Context(), ev)

@@ -2,10 +2,8 @@ package api
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -18,7 +16,8 @@ type Limits struct {
 	// IngestBurst how many it may post at once above that.
 	IngestRate  float64
 	IngestBurst int
-	// MaxSubscriptions is how many live subscriptions a tenant may have.
+	// MaxSubscriptions is how many live subscriptions a tenant may have,
+	// on every node together (the store counts them).
 	MaxSubscriptions int
 }
 
@@ -75,7 +74,7 @@ func (b *buckets) take(key string) (time.Duration, bool) {
 
 // limitIngest answers 429 with Retry-After (whole seconds, at least one)
 // if tenant is over its ingest rate.
-func (s *Server) limitIngest(w http.ResponseWriter, tenant string) error {
+func (s *Server) limitIngest(tenant string) error {
 	if s.ingestRate == nil {
 		return nil
 	}
@@ -84,8 +83,7 @@ func (s *Server) limitIngest(w http.ResponseWriter, tenant string) error {
 		return nil
 	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	return &apiError{Status: http.StatusTooManyRequests, Code: "ingest_rate_limited",
+	return &apiError{Status: http.StatusTooManyRequests, Code: "ingest_rate_limited", RetryAfter: secs,
 		Message: fmt.Sprintf("tenant %s is over its ingest rate of %g events/s (bursts of %d) on this node; retry after %ds",
 			tenant, s.Limits.IngestRate, s.Limits.IngestBurst, secs)}
 }
@@ -97,21 +95,19 @@ func errSubscriptionLimit(tenant string, max int) *apiError {
 		Message: fmt.Sprintf("tenant %s has %d subscriptions, the most it may have; delete one first", tenant, max)}
 }
 
-// errReplayRunning: the subscription has a bulk replay running; the client
-// can watch it (GET /v1/replays/{job_id}) and ask again once it is done.
+// replayRetryAfter is the Retry-After of a replay refused while another
+// runs: a poll interval, not a promise (a job may run for an hour; its
+// progress is at GET /v1/replays/{job_id}).
+const replayRetryAfter = 30
+
+// errReplayRunning: the subscription has a bulk replay running (jobID,
+// "" if it finished since the refusal); one runs per subscription at a
+// time. The client can watch it and ask again once it is done.
 func errReplayRunning(jobID string) *apiError {
-	return &apiError{Status: http.StatusConflict, Code: "replay_running", JobID: jobID,
-		Message: "a bulk replay of this subscription is running: " + jobID + "; start another once GET /v1/replays/" + jobID + " says done, or cancel it (POST /v1/replays/" + jobID + "/cancel)"}
-}
-
-// stripes serialise the check and the write of a limit per key (a tenant,
-// a subscription) on this node, without one lock for every key.
-type stripes [64]sync.Mutex
-
-func (st *stripes) lock(key string) func() {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	m := &st[h.Sum32()%uint32(len(st))]
-	m.Lock()
-	return m.Unlock
+	msg := "a bulk replay of this subscription is running, and one runs per subscription at a time: retry after Retry-After seconds"
+	if jobID != "" {
+		msg += ", once GET /v1/replays/" + jobID + " says done, or cancel it (POST /v1/replays/" + jobID + "/cancel)"
+	}
+	return &apiError{Status: http.StatusTooManyRequests, Code: "replay_running", JobID: jobID, RetryAfter: replayRetryAfter,
+		Message: msg}
 }

@@ -174,18 +174,6 @@ func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, 
 		return core.ReplayJob{}, errInvalid("rate", "must be at most the subscription's rate_limit, "+
 			strconv.FormatFloat(limit, 'f', -1, 64)+" deliveries per second")
 	}
-	// One running job per subscription: a second would only double the
-	// pace the job exists to bound.
-	defer s.replaying.lock(sub.ID)()
-	running, err := s.Store.ReplayJobsRunning(ctx)
-	if err != nil {
-		return core.ReplayJob{}, err
-	}
-	for _, j := range running {
-		if j.SubscriptionID == sub.ID {
-			return core.ReplayJob{}, errReplayRunning(j.ID)
-		}
-	}
 	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID,
 		Since: since.UTC(), Until: until.UTC(), EventTypes: eventTypes, States: states, Rate: rate,
@@ -197,13 +185,35 @@ func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, 
 	if !j.Until.IsZero() {
 		detail["until"] = j.Until
 	}
-	if err := s.Store.ReplayJobCreate(audit.Record(ctx, audit.ReplaySubscription, sub.ID, detail), j); err != nil {
+	// One running job per subscription, which the store checks in the
+	// insert's own transaction, on every node: a second would only double
+	// the pace the job exists to bound.
+	err := s.Store.ReplayJobCreate(audit.Record(ctx, audit.ReplaySubscription, sub.ID, detail), j)
+	if errors.Is(err, store.ErrConflict) {
+		return core.ReplayJob{}, errReplayRunning(s.runningReplay(ctx, sub.ID))
+	}
+	if err != nil {
 		return core.ReplayJob{}, err
 	}
 	if s.Replays != nil {
 		s.Replays.Kick()
 	}
 	return j, nil
+}
+
+// runningReplay names the subscription's running job, for the refusal's
+// message: "" if none runs now (it finished since) or the list failed.
+func (s *Server) runningReplay(ctx context.Context, subID string) string {
+	running, err := s.Store.ReplayJobsRunning(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, j := range running {
+		if j.SubscriptionID == subID {
+			return j.ID
+		}
+	}
+	return ""
 }
 
 func (s *Server) getReplay(w http.ResponseWriter, r *http.Request, p principal) error {

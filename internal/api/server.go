@@ -84,10 +84,6 @@ type Server struct {
 	tenants sync.Map // tenant ID → true
 
 	ingestRate *buckets // nil: no ingest rate limit
-	// creating keeps a tenant's subscription creates, and a
-	// subscription's replay starts, one at a time on this node, so a limit
-	// checked is still true when the write commits.
-	creating, replaying stripes
 }
 
 //go:embed openapi.json

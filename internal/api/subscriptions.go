@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/store"
 	"hookd/webhook"
@@ -201,17 +203,10 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request, p pr
 
 // addSubscription creates sub (validated, of a resolved tenant) within the
 // tenant's limit, with a new ID and times, and a new secret unless it has
-// one: the one way both APIs create a subscription.
+// one: the one way both APIs create a subscription. The store counts the
+// tenant's subscriptions in the create's own transaction, so the limit
+// holds across nodes.
 func (s *Server) addSubscription(ctx context.Context, sub *core.Subscription) error {
-	tenant := sub.TenantID
-	if limit := s.Limits.MaxSubscriptions; limit > 0 {
-		// Counted in this node's registry, which holds every live
-		// subscription (another node's within a notification).
-		defer s.creating.lock(tenant)()
-		if s.Subs.Registry().Count(tenant) >= limit {
-			return errSubscriptionLimit(tenant, limit)
-		}
-	}
 	if sub.Secret == "" {
 		secret, err := webhook.NewSecret()
 		if err != nil {
@@ -222,7 +217,11 @@ func (s *Server) addSubscription(ctx context.Context, sub *core.Subscription) er
 	now := time.Now().UTC()
 	sub.ID = core.NewID("sub")
 	sub.CreatedAt, sub.UpdatedAt = now, now
-	return s.Subs.Create(ctx, *sub)
+	err := s.Subs.CreateWithin(ctx, *sub, s.Limits.MaxSubscriptions)
+	if errors.Is(err, store.ErrLimit) {
+		return errSubscriptionLimit(sub.TenantID, s.Limits.MaxSubscriptions)
+	}
+	return err
 }
 
 func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
@@ -380,7 +379,8 @@ type testEventRequest struct {
 
 // testSubscription sends a hookd.test event to one subscription alone, as
 // an endpoint's owner checks a new endpoint: signed and retried like any
-// other delivery. The body is optional.
+// other delivery, within the tenant's ingest rate like any event, and
+// audited. The body is optional.
 func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req testEventRequest
 	if r.ContentLength != 0 {
@@ -399,7 +399,7 @@ func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p prin
 	case len(payload) > core.MaxPayloadBytes:
 		return errTooLarge
 	}
-	res, err := s.Ingest.Submit(r.Context(), core.Event{TenantID: sub.TenantID, Type: core.ReservedPrefix + "test",
+	res, err := s.submitEvent(w, r, core.Event{TenantID: sub.TenantID, Type: core.ReservedPrefix + "test",
 		Payload: payload, Only: sub.ID})
 	if err != nil {
 		return err
@@ -411,6 +411,13 @@ func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p prin
 			Message: "the subscription is not known to this node yet; try again"}
 	}
 	d := res.Deliveries[0]
+	// After the send, so the entry names it. Should the entry fail, so
+	// does the answer: a client's retry sends another test event, which
+	// is harmless, and no answered test goes unrecorded.
+	ctx := audit.Record(r.Context(), audit.SubscriptionTest, sub.ID, map[string]any{"event_id": res.EventID, "delivery_id": d.ID})
+	if err := s.Store.SubscriptionTested(ctx, sub); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"event_id": res.EventID, "delivery_id": d.ID, "state": string(d.State)})
 	return nil
 }

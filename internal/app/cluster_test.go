@@ -23,7 +23,10 @@ import (
 
 // startNode runs one hookd node on the shared database, on a loopback port.
 // Its log is shown if the test fails.
-func startNode(t *testing.T, db, name string) *env {
+func startNode(t *testing.T, db, name string) *env { return startNodeWith(t, db, name, nil) }
+
+// startNodeWith is startNode with change applied to its Config.
+func startNodeWith(t *testing.T, db, name string, change func(*Config)) *env {
 	t.Helper()
 	var log logBuffer
 	t.Cleanup(func() { // registered first: runs after the node's shutdown
@@ -36,13 +39,17 @@ func startNode(t *testing.T, db, name string) *env {
 	// move may resend what was in flight (by design), which the
 	// exactly-once assertions here would report. CI saw it once at 2 s.
 	// Takeover after a lapse is tested with real processes in cmd/hookd.
-	return serve(t, Config{
+	cfg := Config{
 		// The version names the node in each delivery's User-Agent, so a
 		// failure can say which node sent what.
 		DB: db, AdminToken: adminToken, Version: "test-" + name, Node: name, LeaseTTL: 10 * time.Second, Keys: clusterKeys,
 		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Log:           slog.New(slog.NewTextHandler(&log, nil)),
-	})
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	return serve(t, cfg)
 }
 
 // clusterKeys seal secrets on every node of these tests, as every node of a
@@ -509,5 +516,76 @@ func TestHealthShowsTheOwnersCircuitOnEveryNode(t *testing.T) {
 			return err == nil && time.Until(at) > time.Minute && time.Until(at) <= 2*time.Minute &&
 				h["circuit"] == "closed" && h["host_circuit"] == "closed"
 		})
+	}
+}
+
+// race sends n requests at once, alternately to each node, and answers
+// their statuses and bodies.
+func race(nodes []*env, n int, method, path string, body any) ([]int, []map[string]any) {
+	statuses, outs := make([]int, n), make([]map[string]any, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], outs[i] = nodes[i%len(nodes)].admin.Do(method, path, body)
+		}()
+	}
+	wg.Wait()
+	return statuses, outs
+}
+
+// A tenant's subscription limit holds across nodes: creates racing on
+// two nodes stop at it, each refused one answering 422 subscription_limit
+// (the store counts in the create's transaction, taking a tenant's creates
+// in turn; a node's registry would not yet hold the other's).
+func TestSubscriptionLimitHoldsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	db := testenv.PostgresSchema(t)
+	limit := func(c *Config) { c.Limits.MaxSubscriptions = 5 }
+	a, b := startNodeWith(t, db, "node-a", limit), startNodeWith(t, db, "node-b", limit)
+	rc := testenv.NewReceiver(t)
+	statuses, outs := race([]*env{a, b}, 20, "POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"}})
+	created := 0
+	for i, st := range statuses {
+		switch {
+		case st == http.StatusCreated:
+			created++
+		case st != http.StatusUnprocessableEntity || errCode(outs[i]) != "subscription_limit":
+			t.Errorf("a create racing at the limit: %d %v, want 201 or 422 subscription_limit", st, outs[i])
+		}
+	}
+	stored := testenv.PostgresCount(t, db, `SELECT count(*) FROM subscriptions WHERE tenant_id = 'default' AND deleted_at IS NULL`)
+	if created != 5 || stored != 5 {
+		t.Fatalf("20 creates on two nodes with a limit of 5: %d answered 201, %d stored; want 5 and 5", created, stored)
+	}
+}
+
+// One bulk replay runs per subscription across nodes: starts racing on
+// two nodes give one 202 and one running job; the others answer 429
+// replay_running with Retry-After. The runners are stopped so the job
+// stays running.
+func TestOneBulkReplayAcrossNodes(t *testing.T) {
+	t.Parallel()
+	db := testenv.PostgresSchema(t)
+	a, b := startNode(t, db, "node-a"), startNode(t, db, "node-b")
+	a.app.replays.Stop()
+	b.app.replays.Stop()
+	rc := testenv.NewReceiver(t)
+	sub, _ := a.subscribe(a.admin, rc.URL, []string{"*"}, nil)
+	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	statuses, outs := race([]*env{a, b}, 10, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
+	started := 0
+	for i, st := range statuses {
+		switch {
+		case st == http.StatusAccepted:
+			started++
+		case st != http.StatusTooManyRequests || errCode(outs[i]) != "replay_running":
+			t.Errorf("a replay racing another: %d %v, want 202 or 429 replay_running", st, outs[i])
+		}
+	}
+	running := testenv.PostgresCount(t, db, `SELECT count(*) FROM replay_jobs WHERE subscription_id = $1 AND state = 'running'`, sub)
+	if started != 1 || running != 1 {
+		t.Fatalf("10 replays of one subscription on two nodes: %d answered 202, %d running; want 1 and 1", started, running)
 	}
 }

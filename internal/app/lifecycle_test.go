@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,22 +11,26 @@ import (
 	"hookd/webhook"
 )
 
-// An operational event about subscription A (disabled after its endpoint
-// answered 410) reaches the tenant's hookd.* subscription B, signed; it
-// never reaches A itself, though A subscribes to hookd.* too, nor C, a
+// An operational event about subscription A reaches the tenant's hookd.*
+// subscription B, signed; it never reaches A itself, though A subscribes
+// to hookd.* too and stays active (its endpoint answers 500, so it is
+// failing, not disabled: routing alone would send it there), nor C, a
 // bare "*". A test event reaches its one subscription, even a bare "*"
 // one; and a tenant cannot post hookd's types.
 func TestOperationalEventsReachOnlyWhoNamesThem(t *testing.T) {
 	t.Parallel()
 	e := start(t, true)
 	a, b, c := testenv.NewReceiver(t), testenv.NewReceiver(t), testenv.NewReceiver(t)
-	a.Respond = testenv.Statuses(http.StatusGone)
-	subA, _ := e.subscribe(e.admin, a.URL, []string{"order.*", "hookd.*"}, nil)
-	_, secretB := e.subscribe(e.admin, b.URL, []string{"hookd.*"}, nil)
+	a.Respond = testenv.Statuses(http.StatusInternalServerError)
+	// No retries: its first delivery fails at once, and A is failing.
+	subA, _ := e.subscribe(e.admin, a.URL, []string{"order.*", "hookd.*"}, map[string]any{"retry_schedule": []string{}})
+	subB, secretB := e.subscribe(e.admin, b.URL, []string{"hookd.*"}, nil)
 	subC, _ := e.subscribe(e.admin, c.URL, []string{"*"}, nil)
 	e.post(e.admin, "order.created", map[string]any{"n": 1})
 
-	type opEvent struct {
+	testenv.Eventually(t, 10*time.Second, "B gets hookd.subscription.failing", func() bool { return b.Count() >= 1 })
+	var failing struct {
+		ID   string `json:"id"`
 		Type string `json:"type"`
 		Data struct {
 			SubscriptionID string `json:"subscription_id"`
@@ -33,35 +38,44 @@ func TestOperationalEventsReachOnlyWhoNamesThem(t *testing.T) {
 			Reason         string `json:"reason"`
 		} `json:"data"`
 	}
-	byType := func() map[string]opEvent {
-		out := map[string]opEvent{}
-		for _, r := range b.Requests() {
-			var ev opEvent
-			if err := json.Unmarshal(r.Body, &ev); err != nil {
-				t.Fatal(err)
-			}
-			if err := webhook.Verify(secretB, r.Header, r.Body, time.Now(), 0); err != nil {
-				t.Errorf("%s: signature: %v", ev.Type, err)
-			}
-			out[ev.Type] = ev
-		}
-		return out
+	r := b.Requests()[0]
+	if err := json.Unmarshal(r.Body, &failing); err != nil {
+		t.Fatal(err)
 	}
-	// Its delivery failed (failing), and it was disabled (disabled).
-	testenv.Eventually(t, 10*time.Second, "B gets hookd.subscription.failing and .disabled", func() bool { return b.Count() >= 2 })
-	for typ, reason := range map[string]string{"hookd.subscription.failing": "delivery_failed", "hookd.subscription.disabled": "endpoint answered 410 Gone"} {
-		got, ok := byType()[typ]
-		if !ok || got.Data.SubscriptionID != subA || got.Data.URL != a.URL || got.Data.Reason != reason {
-			t.Errorf("B's %s: %+v (present %v), want it about A, reason %q", typ, got, ok, reason)
-		}
+	if err := webhook.Verify(secretB, r.Header, r.Body, time.Now(), 0); err != nil {
+		t.Errorf("B's %s: signature: %v", failing.Type, err)
 	}
-	if h := e.admin.Must(200, "GET", "/v1/subscriptions/"+subA, nil); h["state"] != "disabled" {
-		t.Errorf("A is %v after its 410", h["state"])
+	if failing.Type != "hookd.subscription.failing" || failing.Data.SubscriptionID != subA || failing.Data.URL != a.URL ||
+		failing.Data.Reason != "delivery_failed" {
+		t.Errorf("B got %s, want hookd.subscription.failing about A, reason delivery_failed", r.Body)
 	}
-	// Let anything else due go out, then count.
+	if h := e.admin.Must(200, "GET", "/v1/subscriptions/"+subA, nil); h["state"] != "active" {
+		t.Fatalf("A is %v after its 500, want active (so only the exclusion keeps the event from it)", h["state"])
+	}
+	// The event was written for B alone: A, though it asks for hookd.*
+	// and is active, got no delivery of it, nor C.
+	var to []any
+	for _, d := range e.admin.Must(200, "GET", "/v1/events/"+failing.ID, nil)["deliveries"].([]any) {
+		to = append(to, d.(map[string]any)["subscription_id"])
+	}
+	if len(to) != 1 || to[0] != subB {
+		t.Errorf("the failing event about A went to %v, want only B (%s); A is %s, C %s", to, subB, subA, subC)
+	}
+	// Let anything else due go out, then look at what each endpoint got.
 	testenv.Eventually(t, 5*time.Second, "nothing in flight", func() bool { return e.app.dispatch.Stats().Inflight == 0 })
+	for name, rc := range map[string]*testenv.Receiver{"A": a, "C (a bare *)": c} {
+		for _, r := range rc.Requests() {
+			var got struct {
+				Type string `json:"type"`
+			}
+			json.Unmarshal(r.Body, &got)
+			if strings.HasPrefix(got.Type, "hookd.") {
+				t.Errorf("%s was sent %s", name, r.Body)
+			}
+		}
+	}
 	if n := a.Count(); n != 1 {
-		t.Errorf("A got %d requests, want only its own order.created (never an event about itself)", n)
+		t.Errorf("A got %d requests, want only its own order.created", n)
 	}
 	if n := c.Count(); n != 1 {
 		t.Errorf("C (a bare *) got %d requests, want only order.created", n)
@@ -81,8 +95,8 @@ func TestOperationalEventsReachOnlyWhoNamesThem(t *testing.T) {
 	if test.Type != "hookd.test" || test.Data["hello"] != "world" {
 		t.Errorf("C's test event: %s", c.Requests()[1].Body)
 	}
-	if n := b.Count(); n != 2 {
-		t.Errorf("B (hookd.*) got %d requests, want its 2: the test event went beyond its one subscription", n)
+	if n := b.Count(); n != 1 {
+		t.Errorf("B (hookd.*) got %d requests, want its 1: the test event went beyond its one subscription", n)
 	}
 	if st, body := e.admin.Do("POST", "/v1/events", map[string]any{"type": "hookd.subscription.disabled", "payload": map[string]any{}}); st != 422 {
 		t.Errorf("a tenant posting a hookd type: %d %v, want 422", st, body)

@@ -3,7 +3,10 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,26 @@ import (
 	"hookd/internal/core"
 	"hookd/internal/testenv"
 )
+
+// callAdmin calls the API as the admin, answering the headers too.
+func callAdmin(t *testing.T, e *env, method, path string, body any) (int, map[string]any, http.Header) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.base+path, r)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, resp.Header
+}
 
 // TestIngestRateLimitPerTenant: over its rate a tenant's POST /v1/events
 // answers 429 with Retry-After and writes nothing; another tenant is not
@@ -24,20 +47,11 @@ func TestIngestRateLimitPerTenant(t *testing.T) {
 	for range 3 {
 		e.post(e.admin, "a.b", map[string]any{})
 	}
-	body, _ := json.Marshal(map[string]any{"type": "a.b", "payload": map[string]any{}})
-	req, _ := http.NewRequest("POST", e.base+"/v1/events", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	st, out, header := callAdmin(t, e, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{}})
+	if st != http.StatusTooManyRequests || errCode(out) != "ingest_rate_limited" {
+		t.Fatalf("fourth event of a burst of 3: %d %v, want 429 ingest_rate_limited", st, out)
 	}
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests || errCode(out) != "ingest_rate_limited" {
-		t.Fatalf("fourth event of a burst of 3: %d %v, want 429 ingest_rate_limited", resp.StatusCode, out)
-	}
-	if ra := resp.Header.Get("Retry-After"); ra != "1000" {
+	if ra := header.Get("Retry-After"); ra != "1000" {
 		t.Errorf("Retry-After %q, want 1000 (one event at 0.001/s)", ra)
 	}
 	if n := count(t, db, "SELECT count(*) FROM events"); n != 3 {
@@ -107,8 +121,9 @@ func TestSubscriptionLimitPerTenant(t *testing.T) {
 }
 
 // TestOneBulkReplayPerSubscription: while a subscription's bulk replay
-// runs, another answers 409 naming the running job, and no job is written.
-// The node's replay runner is stopped so the first job stays running.
+// runs, another answers 429 with Retry-After, naming the limit and the
+// running job, and no job is written. The node's replay runner is
+// stopped so the first job stays running.
 func TestOneBulkReplayPerSubscription(t *testing.T) {
 	t.Parallel()
 	e, db := startFile(t, nil)
@@ -131,8 +146,8 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 			switch {
 			case st == 202:
 				jobs = append(jobs, out["job_id"].(string))
-			case st != 409 || errCode(out) != "replay_running":
-				t.Errorf("a replay while one runs: %d %v, want 409 replay_running", st, out)
+			case st != 429 || errCode(out) != "replay_running":
+				t.Errorf("a replay while one runs: %d %v, want 429 replay_running", st, out)
 			}
 		}()
 	}
@@ -140,9 +155,12 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 	if n := count(t, db, "SELECT count(*) FROM replay_jobs WHERE subscription_id = ?", sub); len(jobs) != 1 || n != 1 {
 		t.Fatalf("5 replays at once: %d answered 202, %d stored; want 1 and 1", len(jobs), n)
 	}
-	st, out := e.admin.Do("POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
-	if e, _ := out["error"].(map[string]any); st != 409 || e["job_id"] != jobs[0] {
-		t.Fatalf("replay while %s runs: %d %v, want 409 with its job_id", jobs[0], st, out)
+	st, out, header := callAdmin(t, e, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
+	refusal, _ := out["error"].(map[string]any)
+	if st != 429 || refusal["job_id"] != jobs[0] || header.Get("Retry-After") != "30" ||
+		!strings.Contains(fmt.Sprint(refusal["message"]), "one runs per subscription at a time") {
+		t.Fatalf("replay while %s runs: %d %v (Retry-After %q), want 429 naming the limit and the job, Retry-After 30",
+			jobs[0], st, out, header.Get("Retry-After"))
 	}
 	// Another subscription is not held back.
 	e.admin.Must(202, "POST", "/v1/subscriptions/"+other+"/replay", map[string]any{"since": since})
@@ -151,4 +169,32 @@ func TestOneBulkReplayPerSubscription(t *testing.T) {
 		t.Fatalf("stepping the job: %+v %v", j, err)
 	}
 	e.admin.Must(202, "POST", "/v1/subscriptions/"+sub+"/replay", map[string]any{"since": since})
+}
+
+// TestTestEventWithinIngestRateAndAudited: a test event spends a token of
+// its tenant's ingest rate like any event (over it: 429 with Retry-After,
+// nothing written) and is audited with the event and delivery it made.
+func TestTestEventWithinIngestRateAndAudited(t *testing.T) {
+	t.Parallel()
+	e, db := startFile(t, func(c *Config) { c.Limits = api.Limits{IngestRate: 0.001, IngestBurst: 2} })
+	rc := testenv.NewReceiver(t)
+	sub, _ := e.subscribe(e.admin, rc.URL, []string{"order.*"}, nil)
+	e.post(e.admin, "order.created", map[string]any{})
+	sent := e.admin.Must(http.StatusAccepted, "POST", "/v1/subscriptions/"+sub+"/test", nil)
+	st, out, header := callAdmin(t, e, "POST", "/v1/subscriptions/"+sub+"/test", nil)
+	if st != http.StatusTooManyRequests || errCode(out) != "ingest_rate_limited" || header.Get("Retry-After") != "1000" {
+		t.Fatalf("a test event over the tenant's rate: %d %v (Retry-After %q), want 429 ingest_rate_limited, Retry-After 1000",
+			st, out, header.Get("Retry-After"))
+	}
+	if n := count(t, db, "SELECT count(*) FROM events"); n != 2 {
+		t.Errorf("%d events stored, want the event and the one test event accepted", n)
+	}
+	entries := auditRows(t, e.admin, "&action=subscription.test")
+	if len(entries) != 1 {
+		t.Fatalf("audit entries of test events: %v, want the one sent", entries)
+	}
+	detail, _ := entries[0]["detail"].(map[string]any)
+	if entries[0]["target_id"] != sub || entries[0]["actor"] != "admin" || detail["event_id"] != sent["event_id"] || detail["delivery_id"] != sent["delivery_id"] {
+		t.Errorf("the test event's audit entry %v, want it naming %s, the admin and %v", entries[0], sub, sent)
+	}
 }

@@ -37,6 +37,7 @@ const (
 	SubscriptionDisable      = "subscription.disable"
 	SubscriptionDelete       = "subscription.delete"
 	SubscriptionRotateSecret = "subscription.rotate_secret"
+	SubscriptionTest         = "subscription.test" // a test event sent to it
 	ReplayDelivery           = "replay.delivery"
 	ReplaySubscription       = "replay.subscription"
 	ReplayCancel             = "replay.cancel"
@@ -48,7 +49,7 @@ const (
 var Actions = []string{
 	TenantCreate, TenantUpdate, TenantDelete, KeyCreate, KeyRevoke,
 	SubscriptionCreate, SubscriptionUpdate, SubscriptionPause, SubscriptionResume,
-	SubscriptionDisable, SubscriptionDelete, SubscriptionRotateSecret,
+	SubscriptionDisable, SubscriptionDelete, SubscriptionRotateSecret, SubscriptionTest,
 	ReplayDelivery, ReplaySubscription, ReplayCancel,
 	PortalLink, PortalSession,
 }

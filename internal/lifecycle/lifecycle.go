@@ -8,7 +8,10 @@
 //
 // What is failing lives in the store (failing_since, kept by the result
 // writes; the alert state, moved once per change), so nodes sharing it send
-// each alert once, and a restart forgets nothing.
+// each alert once, and a restart forgets nothing. A disable and a finished
+// replay record the event they owe in their own transaction (store.Notice)
+// until it is written, under an idempotency key of the decision: sent at
+// least once, through a failed write or a crash, and written once.
 package lifecycle
 
 import (
@@ -129,11 +132,9 @@ func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
 		l.logErr("noting a failing alert", sub.ID, err)
 		return
 	}
-	p := map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": f.Reason,
-		"last_status": f.Status, "last_error": f.Error, "last_attempt_at": f.At.UTC()}
-	if st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID); err == nil {
-		p["failing_since"], p["pending"], p["failed"] = timeOrNil(st.FailingSince), st.Pending, st.Failed
-	}
+	st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID)
+	l.logErr("reading a failing subscription's figures", sub.ID, err)
+	p := failingPayload(sub, f, st)
 	if l.emit(ctx, sub.TenantID, TypeFailing, sub.ID, p) != nil {
 		// Not sent: let the next sign of failing send it (an hour on).
 		_, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, false, time.Now().UTC(), alertEvery)
@@ -142,47 +143,88 @@ func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
 }
 
 // Disable turns a subscription off for reason (the dispatcher's, after a
-// 410; or the scan's) and, if that changed it, tells the owner.
+// 410; or the scan's) and, if that changed it, tells the owner. The event
+// is recorded with the disable (store.SubscriptionDisable) and sent now;
+// if that fails, the scan sends it.
 func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
-	sub, _ := l.cfg.Subs.Registry().Get(subID)
-	changed, err := l.cfg.Subs.Disable(ctx, subID, reason)
-	if err != nil || !changed || sub == nil {
+	var figures store.DeliveryStats // the failures behind the decision
+	if st, err := l.cfg.Store.DeliveryStats(ctx, "", subID); err == nil {
+		figures = st
+	}
+	var payload []byte
+	sub, changed, err := l.cfg.Subs.DisableWithNotice(ctx, subID, reason, func(s core.Subscription) ([]byte, error) {
+		var err error
+		payload, err = json.Marshal(disabledPayload(s, figures))
+		return payload, err
+	})
+	if err != nil || !changed {
 		return err
 	}
-	p := map[string]any{"subscription_id": subID, "url": sub.URL, "reason": reason, "disabled_at": time.Now().UTC()}
-	if st, err := l.cfg.Store.DeliveryStats(ctx, "", subID); err == nil {
-		p["failing_since"], p["failed"] = timeOrNil(st.FailingSince), st.Failed
-	}
-	l.emit(ctx, sub.TenantID, TypeDisabled, subID, p)
+	l.send(ctx, store.Notice{SubscriptionID: sub.ID, TenantID: sub.TenantID, Host: sub.Host, URL: sub.URL, Disabled: payload})
 	return nil
 }
 
 // ReplayCompleted tells the owner a bulk replay finished (not one
-// cancelled, nor one of a subscription deleted meanwhile).
+// cancelled, nor one of a subscription deleted meanwhile). The step that
+// finished it recorded the event owed; if sending it now fails, the scan
+// sends it.
 func (l *Lifecycle) ReplayCompleted(ctx context.Context, job core.ReplayJob) {
 	sub, ok := l.cfg.Subs.Registry().Get(job.SubscriptionID)
 	if !ok {
-		return
+		return // deleted; or not yet known here, and the scan sends it
 	}
-	l.emit(ctx, sub.TenantID, TypeReplayCompleted, sub.ID, map[string]any{
-		"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": sub.URL,
-		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
-		"replayed": job.Replayed,
-	})
+	l.send(ctx, store.Notice{SubscriptionID: sub.ID, TenantID: sub.TenantID, Host: sub.Host, URL: sub.URL, Job: job})
 }
 
-// Scan sends the recoveries due and disables what failed for DisableAfter.
+// send writes the event n owes, then marks it sent. Until then the scan
+// sends it again: a failure on either side is retried, and a retry of an
+// event already written writes nothing (its idempotency key).
+func (l *Lifecycle) send(ctx context.Context, n store.Notice) {
+	ev, err := owed(n)
+	if err == nil {
+		_, err = l.cfg.Ingest.Submit(ctx, ev)
+	}
+	if err != nil {
+		l.logErr("emitting "+ev.Type, n.SubscriptionID, err)
+		return
+	}
+	l.logErr("marking "+ev.Type+" sent", n.SubscriptionID, l.cfg.Store.NoticeSent(ctx, n))
+}
+
+// owed is the event n owes, under an idempotency key of the decision: the
+// subscription and when it was disabled, or the job.
+func owed(n store.Notice) (core.Event, error) {
+	ev := core.Event{TenantID: n.TenantID, Type: TypeDisabled, Payload: n.Disabled, About: n.SubscriptionID}
+	if n.Job.ID != "" {
+		ev.Type, ev.IdempotencyKey = TypeReplayCompleted, TypeReplayCompleted+":"+n.Job.ID
+		var err error
+		ev.Payload, err = json.Marshal(replayPayload(n.Job, n.URL))
+		return ev, err
+	}
+	var p struct {
+		DisabledAt time.Time `json:"disabled_at"`
+	}
+	if err := json.Unmarshal(n.Disabled, &p); err != nil {
+		return ev, fmt.Errorf("reading the notice: %w", err)
+	}
+	ev.IdempotencyKey = TypeDisabled + ":" + n.SubscriptionID + ":" + p.DisabledAt.UTC().Format(time.RFC3339Nano)
+	return ev, nil
+}
+
+// Scan sends the recoveries due and the events decisions still owe
+// (store.Notices), and disables what failed for DisableAfter.
 func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 	rec, err := l.cfg.Store.SubscriptionsRecovered(ctx)
 	l.logErr("listing recovered subscriptions", "", err)
 	for _, f := range rec {
-		moved, err := l.cfg.Store.SubscriptionAlert(ctx, f.ID, false, now, alertEvery)
-		if err != nil || !moved {
-			l.logErr("noting a recovery", f.ID, err)
-			continue
+		l.recovered(ctx, f, now)
+	}
+	notices, err := l.cfg.Store.Notices(ctx)
+	l.logErr("listing the operational events owed", "", err)
+	for _, n := range notices {
+		if l.cfg.Owns(n.Host) {
+			l.send(ctx, n)
 		}
-		l.emit(ctx, f.TenantID, TypeRecovered, f.ID, map[string]any{
-			"subscription_id": f.ID, "url": f.URL, "recovered_at": now.UTC()})
 	}
 	if l.cfg.DisableAfter <= 0 {
 		return
@@ -200,6 +242,75 @@ func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 			l.cfg.Log.Warn("subscription disabled", "subscription", f.ID, "reason", reason)
 		}
 	}
+}
+
+// recovered tells the owner f recovered, once (nodes racing send it
+// once): how long it failed, and the attempt that succeeded.
+func (l *Lifecycle) recovered(ctx context.Context, f store.FailingSubscription, now time.Time) {
+	moved, err := l.cfg.Store.SubscriptionAlert(ctx, f.ID, false, now, alertEvery)
+	if err != nil || !moved {
+		l.logErr("noting a recovery", f.ID, err)
+		return
+	}
+	ok, err := l.succeeded(ctx, f)
+	l.logErr("reading the attempt that recovered", f.ID, err)
+	l.emit(ctx, f.TenantID, TypeRecovered, f.ID, recoveredPayload(f, ok, now))
+}
+
+// succeeded finds the first successful attempt after f's last failure:
+// among the newest page of them, the earliest. Zero if none is kept.
+func (l *Lifecycle) succeeded(ctx context.Context, f store.FailingSubscription) (core.Attempt, error) {
+	page, err := l.cfg.Store.AttemptList(ctx, store.AttemptListParams{SubscriptionID: f.ID, Since: f.LastFailureAt, Limit: 100})
+	var first core.Attempt
+	for _, r := range page.Data {
+		if a := r.Attempt; a.StatusCode >= 200 && a.StatusCode < 300 && (first.StartedAt.IsZero() || a.StartedAt.Before(first.StartedAt)) {
+			first = a
+		}
+	}
+	return first, err
+}
+
+// The payloads, one function each: docs/api.md lists their fields
+// (TestPayloadsAreDocumented).
+
+// failingPayload is what a failing alert tells: why, the attempt that
+// showed it, and how the subscription's deliveries stand.
+func failingPayload(sub *core.Subscription, f Failure, st store.DeliveryStats) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": f.Reason,
+		"last_status": f.Status, "last_error": f.Error, "last_attempt_at": f.At.UTC(),
+		"failing_since": timeOrNil(st.FailingSince), "pending": st.Pending, "failed": st.Failed}
+}
+
+// recoveredPayload is what a recovery tells: since when f failed and
+// for how long (up to the attempt that succeeded, or now if none is
+// kept), and that attempt.
+func recoveredPayload(f store.FailingSubscription, ok core.Attempt, now time.Time) map[string]any {
+	p := map[string]any{"subscription_id": f.ID, "url": f.URL, "recovered_at": now.UTC(),
+		"failing_since": timeOrNil(f.FailingSince), "last_failure_at": timeOrNil(f.LastFailureAt),
+		"failed_for_seconds": nil, "succeeded_at": nil, "status": nil, "duration_ms": nil}
+	end := now
+	if !ok.StartedAt.IsZero() {
+		end = ok.StartedAt
+		p["succeeded_at"], p["status"], p["duration_ms"] = ok.StartedAt.UTC(), ok.StatusCode, ok.Duration.Milliseconds()
+	}
+	if !f.FailingSince.IsZero() {
+		p["failed_for_seconds"] = int64(max(0, end.Sub(f.FailingSince)) / time.Second)
+	}
+	return p
+}
+
+// disabledPayload is what a disable tells: sub as written, and the
+// failures that led to it.
+func disabledPayload(sub core.Subscription, st store.DeliveryStats) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": sub.DisabledReason,
+		"disabled_at": sub.UpdatedAt.UTC(), "failing_since": timeOrNil(st.FailingSince), "failed": st.Failed}
+}
+
+// replayPayload is what a finished job tells.
+func replayPayload(job core.ReplayJob, url string) map[string]any {
+	return map[string]any{"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": url,
+		"since": job.Since, "until": timeOrNil(job.Until), "states": job.States, "rate": job.Rate,
+		"replayed": job.Replayed}
 }
 
 // emit writes one operational event into tenant's stream.

@@ -10,11 +10,13 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -36,6 +38,7 @@ type delivered struct {
 	typ    string
 	about  string // an operational event's subscription_id
 	status int
+	data   map[string]any
 }
 
 // world is one node and its endpoints, by URL.
@@ -115,11 +118,10 @@ func (w *world) Send(ctx context.Context, sub *core.Subscription, job *core.Job,
 	time.Sleep(10 * time.Millisecond)
 	w.mu.Lock()
 	status := w.answer[sub.URL](now)
-	var about struct {
-		SubscriptionID string `json:"subscription_id"`
-	}
-	json.Unmarshal(job.Event.Payload, &about)
-	w.seen[sub.URL] = append(w.seen[sub.URL], delivered{at: now, typ: job.Event.Type, about: about.SubscriptionID, status: status})
+	var data map[string]any
+	json.Unmarshal(job.Event.Payload, &data)
+	about, _ := data["subscription_id"].(string)
+	w.seen[sub.URL] = append(w.seen[sub.URL], delivered{at: now, typ: job.Event.Type, about: about, status: status, data: data})
 	w.mu.Unlock()
 	out := send.Outcome{StartedAt: now, Duration: 10 * time.Millisecond, StatusCode: status, Class: send.Retry}
 	if status >= 200 && status < 300 {
@@ -173,6 +175,7 @@ const ops = "https://ops.example/hooks" // the tenant's operations endpoint, sub
 func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
 		start := time.Now()
 		dead := w.subscribe("https://dead.example/hook", []string{"order.*", "hookd.*"}, always(500))
 		w.subscribe(ops, []string{"hookd.*"}, always(200))
@@ -192,6 +195,12 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 		if disabled[0].about != dead.ID {
 			t.Errorf("the disabled event names %q, want %s", disabled[0].about, dead.ID)
 		}
+		// The reason names the period and since when, on the subscription
+		// and in the event.
+		reason := "every attempt failed for 5 days (since " + start.UTC().Format(time.RFC3339) + ")"
+		if got.DisabledReason != reason || disabled[0].data["reason"] != reason {
+			t.Errorf("disabled for %q, the event says %q; want %q", got.DisabledReason, disabled[0].data["reason"], reason)
+		}
 		if n := len(w.events(ops, TypeFailing)); n < 1 {
 			t.Errorf("%d failing events before the disable, want at least one", n)
 		}
@@ -203,7 +212,27 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 		}
 		w.mu.Unlock()
 		t.Logf("disabled %s after the first failure: %q", disabled[0].at.Sub(start), got.DisabledReason)
-		w.stop()
+	})
+}
+
+// With --disable-after 0, six days of nothing but failures disable
+// nothing; the owner still hears it fails.
+func TestSimDisableAfterZeroNeverDisables(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, 0)
+		defer w.stop()
+		dead := w.subscribe("https://dead.example/hook", []string{"order.*"}, always(500))
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		var wg sync.WaitGroup
+		w.traffic(&wg, "order.created", 6*time.Hour, 6*24*time.Hour)
+		wg.Wait()
+		time.Sleep(time.Hour)
+		if got, n := w.state(dead.ID), len(w.events(ops, TypeDisabled)); got.State != core.SubActive || n != 0 {
+			t.Fatalf("six days of 500s with --disable-after 0: %s (%q), %d disabled events; want active, none", got.State, got.DisabledReason, n)
+		}
+		if n := len(w.events(ops, TypeFailing)); n < 1 {
+			t.Errorf("%d failing events, want at least one", n)
+		}
 	})
 }
 
@@ -212,6 +241,7 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 func TestSimASuccessResetsTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
 		start := time.Now()
 		day4 := start.Add(4 * 24 * time.Hour)
 		flaky := w.subscribe("https://flaky.example/hook", []string{"order.*"}, func(now time.Time) int {
@@ -230,10 +260,19 @@ func TestSimASuccessResetsTheClock(t *testing.T) {
 		if n := len(w.events(ops, TypeDisabled)); n != 0 {
 			t.Errorf("%d disabled events", n)
 		}
-		if n := len(w.events(ops, TypeRecovered)); n < 1 {
-			t.Errorf("no recovered event after day four's success")
+		recovered := w.events(ops, TypeRecovered)
+		if len(recovered) < 1 {
+			t.Fatalf("no recovered event after day four's success")
 		}
-		w.stop()
+		// It says since when it failed, for how long, and the attempt
+		// that succeeded (Send answers in 10 ms).
+		d := recovered[0].data
+		since, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(d["failing_since"]))
+		ok, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(d["succeeded_at"]))
+		if since.Sub(start) > time.Hour || ok.Before(day4) || ok.After(day4.Add(time.Hour)) || d["status"] != 200.0 || d["duration_ms"] != 10.0 ||
+			d["failed_for_seconds"] != float64(ok.Sub(since)/time.Second) || d["subscription_id"] != flaky.ID {
+			t.Errorf("the recovered event says %v; want it failing since the start, for %s, recovered by a 200 of 10 ms on day four", d, ok.Sub(since))
+		}
 	})
 }
 
@@ -242,6 +281,7 @@ func TestSimASuccessResetsTheClock(t *testing.T) {
 func TestSimFlappingAlertsAtMostHourly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
 		start := time.Now()
 		w.subscribe("https://flap.example/hook", []string{"order.*"}, func(now time.Time) int {
 			if int(now.Sub(start)/(10*time.Minute))%2 == 1 {
@@ -270,6 +310,56 @@ func TestSimFlappingAlertsAtMostHourly(t *testing.T) {
 			t.Errorf("%d failing and %d recovered events over five hours of flapping, want 2..6 each", len(failing), len(recovered))
 		}
 		t.Logf("five hours flapping every ten minutes: %d failing, %d recovered events", len(failing), len(recovered))
-		w.stop()
+	})
+}
+
+// A subscription disabled after five days of failures, turned back on
+// (PATCH {state: active}) once its endpoint is fixed, stays on: the days
+// it failed before are behind it, though the scan runs every minute and
+// no delivery comes to prove it for hours. Failing five days again
+// disables it once more, with one more event.
+func TestSimTurnedBackOnStartsAfresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
+		var status atomic.Int64
+		status.Store(500)
+		dead := w.subscribe("https://dead.example/hook", []string{"order.*"}, func(time.Time) int { return int(status.Load()) })
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		fiveDays := func() {
+			t.Helper()
+			var wg sync.WaitGroup
+			w.traffic(&wg, "order.created", 6*time.Hour, DefaultDisableAfter+12*time.Hour)
+			wg.Wait()
+			time.Sleep(time.Hour)
+		}
+		fiveDays()
+		if got, n := w.state(dead.ID), len(w.events(ops, TypeDisabled)); got.State != core.SubDisabled || n != 1 {
+			t.Fatalf("after five days of 500s: %s, %d disabled events; want disabled, 1", got.State, n)
+		}
+
+		status.Store(200) // fixed
+		on, err := w.svc.Update(context.Background(), "", dead.ID, func(s *core.Subscription) error {
+			s.State, s.DisabledReason = core.SubActive, ""
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Hour) // 180 scans, and no delivery
+		if got, n := w.state(dead.ID), len(w.events(ops, TypeDisabled)); got.State != core.SubActive || n != 1 {
+			t.Fatalf("3 h after being turned back on at %s: %s (%q), %d disabled events; want active, 1",
+				on.UpdatedAt.Format(time.RFC3339), got.State, got.DisabledReason, n)
+		}
+
+		status.Store(500)
+		fiveDays()
+		got, disabled := w.state(dead.ID), w.events(ops, TypeDisabled)
+		if got.State != core.SubDisabled || len(disabled) != 2 {
+			t.Fatalf("failing five days again: %s, %d disabled events; want disabled, 2", got.State, len(disabled))
+		}
+		if at := disabled[1].at.Sub(on.UpdatedAt); at < DefaultDisableAfter {
+			t.Errorf("disabled again %s after being turned back on, before its five days", at)
+		}
 	})
 }

@@ -162,9 +162,21 @@ func TestCompletedOncePerFinishedJobNeverForCancelled(t *testing.T) {
 	nodes[1].run(at)
 
 	// Two more jobs, both finishing: one takes the 70 failed left and 3
-	// more (two batches), the other matches nothing.
+	// more (two batches); the other, of a second subscription on the
+	// host (one job runs per subscription), matches nothing.
 	f.failed(t, 3)
-	twoSteps, empty := f.job(t, 500), f.job(t, 500, "no.such")
+	twoSteps := f.job(t, 500)
+	second := f.sub
+	second.ID = "sub_2"
+	if err := f.st.SubscriptionCreate(f.ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	f.reg.Put(second)
+	empty := twoSteps
+	empty.ID, empty.SubscriptionID, empty.EventTypes = core.NewID("rpl"), second.ID, []string{"no.such"}
+	if err := f.st.ReplayJobCreate(f.ctx, empty); err != nil {
+		t.Fatal(err)
+	}
 	at = at.Add(2 * listEvery)
 	nodes[0].run(at) // twoSteps: 50; empty: done here
 	nodes[1].run(at) // twoSteps: the last 23, done here

@@ -31,13 +31,17 @@ var (
 	ErrFull = errors.New("store full")
 	// ErrInvalidCursor: a list's cursor is not one the store made.
 	ErrInvalidCursor = errors.New("invalid cursor")
+	// ErrLimit: the write would take its tenant past a limit it was given;
+	// nothing was written.
+	ErrLimit = errors.New("over a limit")
 )
 
 // Store is everything the API and the dispatcher need from storage. Every
 // method is safe for concurrent use. A tenantID of "" means any tenant (admin).
 //
 // The audit log: TenantCreate, TenantUpdate, TenantDelete, APIKeyCreate, APIKeyRevoke,
-// SubscriptionCreate, SubscriptionUpdate, SubscriptionDelete,
+// SubscriptionCreate, SubscriptionUpdate, SubscriptionDisable, SubscriptionDelete,
+// SubscriptionTested,
 // DeliveryReplay, ReplayJobCreate, ReplayJobCancel, PortalLinkCreate and
 // PortalLinkRedeem write the entry their context carries
 // (audit.Record) in the change's own transaction, with TenantID set to the
@@ -85,6 +89,14 @@ type Store interface {
 
 	// SubscriptionCreate inserts s. ErrConflict if the ID exists.
 	SubscriptionCreate(ctx context.Context, s core.Subscription) error
+	// SubscriptionCreateWithin is SubscriptionCreate within a limit: s is
+	// inserted only if its tenant has fewer than max live subscriptions
+	// (paused and disabled ones count, deleted ones not; max <= 0: no
+	// limit), counted in the insert's transaction, which creates of one
+	// tenant take in turn on every node sharing the store, so racing
+	// creates never pass the limit together. ErrLimit, with nothing
+	// written, if it has max already.
+	SubscriptionCreateWithin(ctx context.Context, s core.Subscription, max int) error
 	// SubscriptionGet returns a live (not deleted) subscription. ErrNotFound otherwise.
 	SubscriptionGet(ctx context.Context, tenantID, id string) (core.Subscription, error)
 	// SubscriptionList pages live subscriptions of one tenant (or, with
@@ -100,8 +112,25 @@ type Store interface {
 	// (admission must count them where they are sent). A backend may do
 	// either in batches after the row's change commits (a backlog of millions
 	// must not hold up ingest), but it returns only once they are done.
+	// If s.State is active and the stored one is not (turned back on, from
+	// disabled or paused), its failure clock and alert state restart in
+	// the same write: failing_since cleared (its last failure kept), the
+	// alert state ok. It is judged on its attempts from then on, so what
+	// failed before neither disables it again (SubscriptionsFailing) nor
+	// counts as a recovery (SubscriptionsRecovered).
 	// ErrNotFound if absent or deleted.
 	SubscriptionUpdate(ctx context.Context, s core.Subscription) error
+	// SubscriptionDisable is SubscriptionUpdate of a subscription hookd
+	// itself disabled (s.State disabled), recording in the same
+	// transaction the hookd.subscription.disabled its owner is owed:
+	// notice is that event's payload, listed by Notices until NoticeSent.
+	// So the event is never lost between the decision and its write.
+	// Errors as SubscriptionUpdate's; on error no notice is written.
+	SubscriptionDisable(ctx context.Context, s core.Subscription, notice []byte) error
+	// SubscriptionTested records that a test event was sent to s: it
+	// writes the audit entry ctx carries under s's tenant, alone (no row
+	// of s changes).
+	SubscriptionTested(ctx context.Context, s core.Subscription) error
 	// SubscriptionDelete marks a subscription deleted (its records stay for
 	// the retention window) and skips its pending deliveries, as
 	// SubscriptionUpdate does for a disabled one.
@@ -224,7 +253,11 @@ type Store interface {
 	// included; any other ID counts nothing.
 	DeliveryBucketsEach(ctx context.Context, p DeliveryBucketsParams, ids []string) ([][]DeliveryBucket, error)
 	// ReplayJobCreate inserts a job with its States and Rate (State
-	// running, Replayed 0, Cursor "").
+	// running, Replayed 0, Cursor ""), unless a job of its subscription is
+	// running: then ErrConflict, with nothing written. The check is in the
+	// insert's transaction, which creates of one subscription take in
+	// turn on every node sharing the store, so one job runs per
+	// subscription however the creates race.
 	ReplayJobCreate(ctx context.Context, j core.ReplayJob) error
 	// ReplayJobGet returns a job of a live subscription. ErrNotFound if
 	// absent or another tenant's.
@@ -239,6 +272,8 @@ type Store interface {
 	// transaction: ErrConflict, with the job as it stands and nothing
 	// written, if it is done or cancelled, so no step runs after a cancel
 	// has committed.
+	// A step that finishes the job of a live subscription records, in its
+	// transaction, the hookd.replay.completed it owes (see Notices).
 	// ErrNotFound if absent. Returns the job after the step and the IDs of
 	// the deliveries it put back.
 	ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error)
@@ -299,14 +334,27 @@ type Store interface {
 	// at lastAfter or later.
 	SubscriptionsFailing(ctx context.Context, before, lastAfter time.Time) ([]FailingSubscription, error)
 	// SubscriptionsRecovered lists the subscriptions alerted failing
-	// (SubscriptionAlert) whose attempts succeed again.
+	// (SubscriptionAlert) whose attempts succeed again, each with the
+	// FailingSince its failing alert saw (the success cleared the
+	// subscription's own) and its last failure.
 	SubscriptionsRecovered(ctx context.Context) ([]FailingSubscription, error)
 	// SubscriptionAlert moves a subscription's alert state, once: with
 	// failing, to failing unless it is failing already or was alerted failing
-	// less than every before now; else from failing back to ok. It reports
+	// less than every before now (keeping what failing_since is then, or
+	// now if the result writes have not set it yet, for
+	// SubscriptionsRecovered); else from failing back to ok. It reports
 	// whether it moved: the caller sends the alert only then, so nodes
 	// racing send it once.
 	SubscriptionAlert(ctx context.Context, id string, failing bool, now time.Time, every time.Duration) (bool, error)
+	// Notices lists the operational events owed to live subscriptions'
+	// tenants (SubscriptionDisable, ReplayJobStep) and not yet marked
+	// sent, disables first, each kind by ID. One of a deleted
+	// subscription is not listed.
+	Notices(ctx context.Context) ([]Notice, error)
+	// NoticeSent marks n's event written: it is listed no more. A
+	// disable's notice stays if another disable has replaced it since
+	// (its payload differs). Unknown notices are ignored.
+	NoticeSent(ctx context.Context, n Notice) error
 
 	// What the Svix-compatible API needs beyond the above.
 	//
@@ -533,6 +581,21 @@ const MaxFailureHead = 256
 type FailingSubscription struct {
 	ID, TenantID, URL, Host     string
 	FailingSince, LastFailureAt time.Time // zero once it recovered
+}
+
+// Notice is an operational event a decision owes its tenant, recorded in
+// the decision's own transaction so that neither a failed write nor a
+// crash between the two loses it. The sender writes the event under an
+// idempotency key taken from the decision, then NoticeSent: sent again
+// after a failure, it is still written once.
+type Notice struct {
+	SubscriptionID, TenantID string
+	Host, URL                string // the subscription's, as it is now
+	// Disabled is a disable's event payload, as SubscriptionDisable got it;
+	// nil for a job.
+	Disabled []byte
+	// Job is the replay job a step finished (ID "" for a disable).
+	Job core.ReplayJob
 }
 
 // AttemptResult is one finished attempt and the delivery's state after it.

@@ -55,6 +55,13 @@ func (v *Service) Registry() *Registry { return v.reg }
 // Create stores s, made whole by the caller (ID, tenant, secret, times),
 // then adds it to the registry. store.ErrConflict if its ID exists.
 func (v *Service) Create(ctx context.Context, s core.Subscription) error {
+	return v.CreateWithin(ctx, s, 0)
+}
+
+// CreateWithin is Create within a limit of max live subscriptions for
+// s's tenant (0: none), which the store checks in the create's own
+// transaction (store.SubscriptionCreateWithin): store.ErrLimit over it.
+func (v *Service) CreateWithin(ctx context.Context, s core.Subscription, max int) error {
 	unlock, err := v.locks.lock(ctx, s.ID)
 	if err != nil {
 		return err
@@ -63,7 +70,7 @@ func (v *Service) Create(ctx context.Context, s core.Subscription) error {
 	wctx, cancel := detach(ctx)
 	defer cancel()
 	wctx = audit.Record(wctx, audit.SubscriptionCreate, s.ID, map[string]any{"host": s.Host, "event_types": s.EventTypes})
-	if err := v.store.SubscriptionCreate(wctx, s); err != nil {
+	if err := v.store.SubscriptionCreateWithin(wctx, s, max); err != nil {
 		return fmt.Errorf("creating subscription: %w", err)
 	}
 	v.reg.Put(s)
@@ -84,6 +91,13 @@ func (v *Service) Update(ctx context.Context, tenantID, id string, mutate func(*
 // update is Update, audited as action ("": by the change of state, see
 // updateAction).
 func (v *Service) update(ctx context.Context, tenantID, id, action string, mutate func(*core.Subscription) error) (core.Subscription, error) {
+	return v.write(ctx, tenantID, id, action, mutate, v.store.SubscriptionUpdate)
+}
+
+// write is update, writing the result with put (the store's
+// SubscriptionUpdate, or a variant of it).
+func (v *Service) write(ctx context.Context, tenantID, id, action string, mutate func(*core.Subscription) error,
+	put func(context.Context, core.Subscription) error) (core.Subscription, error) {
 	unlock, err := v.locks.lock(ctx, id)
 	if err != nil {
 		return core.Subscription{}, err
@@ -110,7 +124,7 @@ func (v *Service) update(ctx context.Context, tenantID, id, action string, mutat
 		action = updateAction(cur.State, next.State)
 	}
 	wctx = audit.Record(wctx, action, id, updateDetail(cur, next))
-	if err := v.store.SubscriptionUpdate(wctx, next); err != nil {
+	if err := put(wctx, next); err != nil {
 		return core.Subscription{}, fmt.Errorf("updating subscription: %w", err)
 	}
 	v.reg.Put(next)
@@ -129,17 +143,37 @@ var errUnchanged = errors.New("unchanged")
 // whether it changed anything: nothing if the subscription is already
 // disabled or gone. Errors are the store's.
 func (v *Service) Disable(ctx context.Context, id, reason string) (bool, error) {
-	_, err := v.Update(ctx, "", id, func(s *core.Subscription) error {
+	_, changed, err := v.DisableWithNotice(ctx, id, reason, nil)
+	return changed, err
+}
+
+// DisableWithNotice is Disable recording, in the same store write, the
+// hookd.subscription.disabled its owner is owed: notice (nil: none) makes
+// its payload from the subscription as written (see
+// store.SubscriptionDisable). It also returns the subscription as
+// written. Errors are notice's and the store's.
+func (v *Service) DisableWithNotice(ctx context.Context, id, reason string, notice func(core.Subscription) ([]byte, error)) (core.Subscription, bool, error) {
+	put := v.store.SubscriptionUpdate
+	if notice != nil {
+		put = func(ctx context.Context, s core.Subscription) error {
+			payload, err := notice(s)
+			if err != nil {
+				return fmt.Errorf("the disabled notice: %w", err)
+			}
+			return v.store.SubscriptionDisable(ctx, s, payload)
+		}
+	}
+	sub, err := v.write(ctx, "", id, "", func(s *core.Subscription) error {
 		if s.State == core.SubDisabled {
 			return errUnchanged
 		}
 		s.State, s.DisabledReason = core.SubDisabled, reason
 		return nil
-	})
+	}, put)
 	if errors.Is(err, errUnchanged) || errors.Is(err, store.ErrNotFound) {
-		return false, nil
+		return core.Subscription{}, false, nil
 	}
-	return err == nil, err
+	return sub, err == nil, err
 }
 
 // Delete marks a subscription deleted (the store skips its pending

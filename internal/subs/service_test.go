@@ -37,6 +37,20 @@ func (h *hookStore) SubscriptionUpdate(ctx context.Context, s core.Subscription)
 	return h.Store.SubscriptionUpdate(ctx, s)
 }
 
+// SubscriptionDisable is a subscription write too, hooked as an update.
+func (h *hookStore) SubscriptionDisable(ctx context.Context, s core.Subscription, notice []byte) error {
+	h.mu.Lock()
+	h.writes++
+	hook := h.onUpdate
+	h.mu.Unlock()
+	if hook != nil {
+		if err := hook(s); err != nil {
+			return err
+		}
+	}
+	return h.Store.SubscriptionDisable(ctx, s, notice)
+}
+
 func (h *hookStore) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {
 	h.mu.Lock()
 	h.writes++
@@ -263,21 +277,33 @@ func TestServiceNotFound(t *testing.T) {
 	}
 }
 
-// Disable writes once: disabling again, or a deleted subscription, is a
-// no-op that reaches no store write.
+// notice is a disabled notice's payload: what the subscription was
+// written with.
+func notice(s core.Subscription) ([]byte, error) {
+	return []byte(`{"reason":"` + s.DisabledReason + `","at":"` + s.UpdatedAt.Format(time.RFC3339Nano) + `"}`), nil
+}
+
+// DisableWithNotice writes once, with the notice made from the
+// subscription as written: disabling again, or a deleted subscription, is
+// a no-op that reaches no store write. Disable is the same without one.
 func TestServiceDisable(t *testing.T) {
 	b := setupService(t)
 	sub := b.create(t, "a.example:443")
-	if changed, err := b.svc.Disable(t.Context(), sub.ID, "endpoint answered 410"); err != nil || !changed {
+	off, changed, err := b.svc.DisableWithNotice(t.Context(), sub.ID, "endpoint answered 410", notice)
+	if err != nil || !changed {
 		t.Fatalf("Disable: changed %v, %v; want it changed", changed, err)
 	}
 	s := b.stored(t, sub.ID)
 	r, _ := b.svc.Registry().Get(sub.ID)
-	if s.State != core.SubDisabled || s.DisabledReason != "endpoint answered 410" || r.State != core.SubDisabled {
-		t.Fatalf("after Disable: store %s %q, registry %s", s.State, s.DisabledReason, r.State)
+	if s.State != core.SubDisabled || s.DisabledReason != "endpoint answered 410" || r.State != core.SubDisabled || !off.UpdatedAt.Equal(s.UpdatedAt) {
+		t.Fatalf("after Disable: store %s %q, registry %s, answered %+v", s.State, s.DisabledReason, r.State, off)
+	}
+	ns, err := b.st.Notices(t.Context())
+	if want, _ := notice(s); err != nil || len(ns) != 1 || string(ns[0].Disabled) != string(want) {
+		t.Fatalf("notices after Disable: %+v %v, want one with %s", ns, err, want)
 	}
 	writes := b.st.count()
-	if changed, err := b.svc.Disable(t.Context(), sub.ID, "again"); err != nil || changed {
+	if _, changed, err := b.svc.DisableWithNotice(t.Context(), sub.ID, "again", notice); err != nil || changed {
 		t.Fatalf("Disable again: changed %v, %v; want nothing changed", changed, err)
 	}
 	gone := b.create(t, "b.example:443")
@@ -293,6 +319,22 @@ func TestServiceDisable(t *testing.T) {
 	}
 	if s := b.stored(t, sub.ID); s.DisabledReason != "endpoint answered 410" {
 		t.Errorf("reason %q after a second Disable, want the first", s.DisabledReason)
+	}
+	// A notice that cannot be made fails the disable, which writes nothing.
+	other := b.create(t, "c.example:443")
+	bad := errors.New("no payload")
+	if _, _, err := b.svc.DisableWithNotice(t.Context(), other.ID, "410", func(core.Subscription) ([]byte, error) { return nil, bad }); !errors.Is(err, bad) {
+		t.Fatalf("Disable with a failing notice: %v, want %v", err, bad)
+	}
+	if s := b.stored(t, other.ID); s.State != core.SubActive {
+		t.Errorf("after a failed Disable: %s", s.State)
+	}
+	// Disable records no notice.
+	if changed, err := b.svc.Disable(t.Context(), other.ID, "disabled by request"); err != nil || !changed {
+		t.Fatalf("Disable: changed %v, %v", changed, err)
+	}
+	if ns, err := b.st.Notices(t.Context()); err != nil || len(ns) != 1 || ns[0].SubscriptionID != sub.ID {
+		t.Errorf("notices after a Disable without one: %+v %v, want only the first", ns, err)
 	}
 }
 

@@ -51,6 +51,19 @@ func stateNames(states []core.DeliveryState) []string {
 
 func (s *Store) ReplayJobCreate(ctx context.Context, j core.ReplayJob) error {
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		// Creates of one subscription's jobs take turns on every node, so
+		// what runs stays so until the commit.
+		if err := takeTurn(ctx, tx, "replay_jobs.create."+j.SubscriptionID); err != nil {
+			return err
+		}
+		var running bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM replay_jobs WHERE subscription_id = $1 AND state = 'running')`,
+			j.SubscriptionID).Scan(&running); err != nil {
+			return err
+		}
+		if running {
+			return store.ErrConflict
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, 'running', 0, '', $7, $8, $9, $10, NULL)`,
 			j.ID, j.TenantID, j.SubscriptionID, j.Since, ts(j.Until), orEmpty(j.EventTypes), j.CreatedAt, j.UpdatedAt,
@@ -188,13 +201,13 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			}
 		}
 		j.Replayed += len(ids)
-		state := "running"
+		state, owed := "running", false
 		if considered < limit {
-			j.State, state = core.ReplayDone, "done"
+			j.State, state, owed = core.ReplayDone, "done", !deleted.Valid
 		}
 		j.UpdatedAt = now
-		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET replayed = $1, cursor = $2, state = $3, updated_at = $4 WHERE id = $5`,
-			j.Replayed, j.Cursor, state, now, id); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET replayed = $1, cursor = $2, state = $3, updated_at = $4, completed_notice = $6
+			WHERE id = $5`, j.Replayed, j.Cursor, state, now, id, owed); err != nil {
 			return err
 		}
 		if len(ids) > 0 {

@@ -66,11 +66,30 @@ func (s *Store) scanSub(row pgx.Row) (core.Subscription, error) {
 func changed(id string) store.Due { return store.Due{Kind: store.DueSubscription, SubscriptionID: id} }
 
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
+	return s.SubscriptionCreateWithin(ctx, sub, 0)
+}
+
+func (s *Store) SubscriptionCreateWithin(ctx context.Context, sub core.Subscription, max int) error {
 	sealed, err := store.SealSubscription(s.keys, sub)
 	if err != nil {
 		return err
 	}
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
+		if max > 0 {
+			// Creates of one tenant take turns on every node (the lock ends
+			// with the transaction), so the count holds until the commit.
+			if err := takeTurn(ctx, tx, "subscriptions.create."+sub.TenantID); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE tenant_id = $1 AND deleted_at IS NULL`,
+				sub.TenantID).Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				return store.ErrLimit
+			}
+		}
 		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO subscriptions (`+subColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
@@ -141,6 +160,18 @@ func (s *Store) collectSubs(rows pgx.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
+	return s.updateSub(ctx, sub, nil)
+}
+
+func (s *Store) SubscriptionDisable(ctx context.Context, sub core.Subscription, notice []byte) error {
+	if sub.State != core.SubDisabled || notice == nil {
+		return fmt.Errorf("subscription %s: a disable with its notice, not %s", sub.ID, sub.State)
+	}
+	return s.updateSub(ctx, sub, notice)
+}
+
+// updateSub is SubscriptionUpdate, recording notice (nil: none) with it.
+func (s *Store) updateSub(ctx context.Context, sub core.Subscription, notice []byte) error {
 	sealed, err := store.SealSubscription(s.keys, sub)
 	if err != nil {
 		return err
@@ -171,6 +202,16 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 			string(sub.State), sub.DisabledReason, sub.UpdatedAt, sealed.Headers, sub.UID, store.EncodeSvix(sub)); err != nil {
 			return err
 		}
+		if sub.State == core.SubActive && oldState != core.SubActive {
+			if err := restartFailing(ctx, tx, sub.ID); err != nil {
+				return err
+			}
+		}
+		if notice != nil {
+			if _, err := tx.Exec(ctx, `UPDATE subscriptions SET disabled_notice = $2 WHERE id = $1`, sub.ID, string(notice)); err != nil {
+				return err
+			}
+		}
 		notes := []store.Due{changed(sub.ID)}
 		if sub.State == core.SubDisabled {
 			return s.notify(ctx, tx, notes...) // its backlog is skipped after the commit
@@ -194,6 +235,10 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		s.skipBacklog(ctx, sub.ID, sub.UpdatedAt)
 	}
 	return err
+}
+
+func (s *Store) SubscriptionTested(ctx context.Context, sub core.Subscription) error {
+	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error { return writeAudit(ctx, tx, sub.TenantID) }))
 }
 
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {

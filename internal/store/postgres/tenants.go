@@ -264,3 +264,12 @@ func (s *Store) PortalLinkRedeem(ctx context.Context, hash string, now time.Time
 	}
 	return key, nil
 }
+
+// takeTurn makes the transactions naming key take turns, on every node
+// sharing the database: a transaction-scoped advisory lock (per schema),
+// released at commit or rollback. Two keys may share a lock (a hash):
+// they then take turns too, which only costs a wait.
+func takeTurn(ctx context.Context, tx pgx.Tx, key string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('hookd.' || coalesce(current_schema(), '') || '.' || $1))`, key)
+	return err
+}

@@ -56,6 +56,16 @@ func jsonList[T any](xs []T) string {
 
 func (s *Store) ReplayJobCreate(ctx context.Context, j core.ReplayJob) error {
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		// The one writer connection takes every write in turn: what runs
+		// stays so until the commit.
+		var running int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM replay_jobs INDEXED BY replay_jobs_subscription
+			WHERE subscription_id = ? AND state = 'running'`, j.SubscriptionID).Scan(&running); err != nil {
+			return err
+		}
+		if running > 0 {
+			return store.ErrConflict
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO replay_jobs (`+replayJobColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, 'running', 0, '', ?, ?, ?, ?, 0)`,
 			j.ID, j.TenantID, j.SubscriptionID, ns(j.Since), ns(j.Until), jsonList(j.EventTypes),
@@ -188,13 +198,13 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		if len(ids) > 0 {
 			j.Cursor = ids[len(ids)-1]
 		}
-		state := "running"
+		state, owed := "running", false
 		if len(ids) < limit {
-			j.State, state = core.ReplayDone, "done"
+			j.State, state, owed = core.ReplayDone, "done", !deleted.Valid
 		}
 		j.UpdatedAt = now
-		_, err = tx.ExecContext(ctx, `UPDATE replay_jobs SET replayed = ?, cursor = ?, state = ?, updated_at = ? WHERE id = ?`,
-			j.Replayed, j.Cursor, state, ns(now), id)
+		_, err = tx.ExecContext(ctx, `UPDATE replay_jobs SET replayed = ?, cursor = ?, state = ?, updated_at = ?, completed_notice = ?
+			WHERE id = ?`, j.Replayed, j.Cursor, state, ns(now), b2i(owed), id)
 		return err
 	})
 	switch {

@@ -99,11 +99,27 @@ func (s *Store) scanSub(sc scanner) (core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionCreate(ctx context.Context, sub core.Subscription) error {
+	return s.SubscriptionCreateWithin(ctx, sub, 0)
+}
+
+func (s *Store) SubscriptionCreateWithin(ctx context.Context, sub core.Subscription, max int) error {
 	r, err := s.encodeSub(sub)
 	if err != nil {
 		return err
 	}
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		// The one writer connection takes every write in turn: the count
+		// holds until the commit.
+		if max > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscriptions INDEXED BY subscriptions_tenant
+				WHERE tenant_id = ? AND deleted_at IS NULL`, sub.TenantID).Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				return store.ErrLimit
+			}
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (`+subColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sub.ID, sub.TenantID, sub.URL, sub.Host, r.eventTypes, r.sealed.Secret, r.sealed.PrevSecret, r.prevExp,
@@ -172,15 +188,28 @@ func (s *Store) collectSubs(rows *sql.Rows) ([]core.Subscription, error) {
 }
 
 func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) error {
+	return s.updateSub(ctx, sub, nil)
+}
+
+func (s *Store) SubscriptionDisable(ctx context.Context, sub core.Subscription, notice []byte) error {
+	if sub.State != core.SubDisabled || notice == nil {
+		return fmt.Errorf("subscription %s: a disable with its notice, not %s", sub.ID, sub.State)
+	}
+	return s.updateSub(ctx, sub, notice)
+}
+
+// updateSub is SubscriptionUpdate, recording notice (nil: none) with it.
+func (s *Store) updateSub(ctx context.Context, sub core.Subscription, notice []byte) error {
 	r, err := s.encodeSub(sub)
 	if err != nil {
 		return err
 	}
 	var oldHost, tenant string
 	err = mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT host, tenant_id FROM subscriptions
+		var oldState core.SubscriptionState
+		err := tx.QueryRowContext(ctx, `SELECT host, tenant_id, state FROM subscriptions
 			WHERE id = ? AND (? = '' OR tenant_id = ?) AND deleted_at IS NULL`,
-			sub.ID, sub.TenantID, sub.TenantID).Scan(&oldHost, &tenant)
+			sub.ID, sub.TenantID, sub.TenantID).Scan(&oldHost, &tenant, &oldState)
 		if err != nil {
 			return err
 		}
@@ -195,6 +224,16 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		if err := mustAffect(res, err); err != nil {
 			return err
 		}
+		if sub.State == core.SubActive && oldState != core.SubActive {
+			if err := restartFailing(ctx, tx, sub.ID); err != nil {
+				return err
+			}
+		}
+		if notice != nil {
+			if err := oweDisabled(ctx, tx, sub.ID, notice); err != nil {
+				return err
+			}
+		}
 		return writeAudit(ctx, tx, tenant)
 	}))
 	switch {
@@ -206,6 +245,10 @@ func (s *Store) SubscriptionUpdate(ctx context.Context, sub core.Subscription) e
 		s.followUp(ctx, sub.ID, sub.UpdatedAt, movePending)
 	}
 	return nil
+}
+
+func (s *Store) SubscriptionTested(ctx context.Context, sub core.Subscription) error {
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error { return writeAudit(ctx, tx, sub.TenantID) }))
 }
 
 func (s *Store) SubscriptionDelete(ctx context.Context, tenantID, id string, now time.Time) error {

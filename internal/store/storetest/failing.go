@@ -89,6 +89,11 @@ func testFailing(t *testing.T, s store.Store) {
 		t.Fatalf("after a success: failing since %v", got)
 	}
 	same(t, "recovered", recovered(), []string{sub.ID})
+	// With what it had been failing since at its alert, and its last failure.
+	rs, err := s.SubscriptionsRecovered(f.ctx)
+	noErr(t, "SubscriptionsRecovered", err)
+	same(t, "the recovered subscription", rs, []store.FailingSubscription{{ID: sub.ID, TenantID: a.ID, URL: sub.URL, Host: sub.Host,
+		FailingSince: at(26 * time.Hour), LastFailureAt: at(26 * time.Hour)}})
 	if !alert(false, at(27*time.Hour+2*time.Minute)) || alert(false, at(27*time.Hour+2*time.Minute)) {
 		t.Fatal("recovered alert: want it moved once")
 	}
@@ -106,6 +111,78 @@ func testFailing(t *testing.T, s store.Store) {
 	noErr(t, "pause", s.SubscriptionUpdate(f.ctx, d))
 	write(result(sub, core.DeliveryPending, at(29*time.Hour)))
 	same(t, "failing while paused", failing(at(30*time.Hour), t0), []string(nil))
+}
+
+// A subscription turned back on (to active, from disabled or paused)
+// starts with its failure clock and alert state cleared in that same
+// write, so days of failures before it was turned off neither list it for
+// disabling nor as recovered; its next failure starts the clock again. A
+// change that leaves it active keeps them.
+func testFailingRestartsWhenTurnedOn(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	fail := func(sb core.Subscription, started time.Time) {
+		t.Helper()
+		d := f.deliver(sb, t0)
+		noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{{SubscriptionID: sb.ID,
+			State: core.DeliveryPending, Now: started, NextAttemptAt: started.Add(time.Hour),
+			Attempt: core.Attempt{DeliveryID: d.ID, N: 1, StartedAt: started, StatusCode: 500}}}))
+	}
+	stats := func(sb core.Subscription) store.DeliveryStats {
+		t.Helper()
+		st, err := s.DeliveryStats(f.ctx, "", sb.ID)
+		noErr(t, "DeliveryStats", err)
+		return st
+	}
+	listed := func() (failing, recovered []string) {
+		t.Helper()
+		fs, err := s.SubscriptionsFailing(f.ctx, at(200*time.Hour), t0)
+		noErr(t, "SubscriptionsFailing", err)
+		rs, err := s.SubscriptionsRecovered(f.ctx)
+		noErr(t, "SubscriptionsRecovered", err)
+		id := func(x store.FailingSubscription) string { return x.ID }
+		return ids(fs, id), ids(rs, id)
+	}
+	update := func(sb *core.Subscription, state core.SubscriptionState, now time.Time) {
+		t.Helper()
+		sb.State, sb.UpdatedAt = state, now
+		noErr(t, "SubscriptionUpdate to "+string(state), s.SubscriptionUpdate(f.ctx, *sb))
+	}
+
+	for _, off := range []core.SubscriptionState{core.SubDisabled, core.SubPaused} {
+		sub := f.sub(a.ID, "a.example:443")
+		fail(sub, at(time.Hour))
+		fail(sub, at(20*time.Hour))
+		moved, err := s.SubscriptionAlert(f.ctx, sub.ID, true, at(20*time.Hour), time.Hour)
+		noErr(t, "SubscriptionAlert", err)
+		if !moved {
+			t.Fatal("the failing alert did not move")
+		}
+		// Left active by a change of another field: all is kept.
+		sub.MaxConcurrency = 3
+		update(&sub, core.SubActive, at(21*time.Hour))
+		same(t, "failing since, after a change that kept it active", stats(sub).FailingSince, at(time.Hour))
+
+		update(&sub, off, at(22*time.Hour))
+		same(t, "failing since, "+string(off), stats(sub).FailingSince, at(time.Hour))
+		update(&sub, core.SubActive, at(23*time.Hour))
+		st := stats(sub)
+		if !st.FailingSince.IsZero() || !st.LastFailure.At.Equal(at(20*time.Hour)) {
+			t.Fatalf("turned on from %s: failing since %v, last failure at %v; want cleared and kept", off, st.FailingSince, st.LastFailure.At)
+		}
+		failing, recovered := listed()
+		same(t, "listed failing or recovered after being turned on from "+string(off), [][]string{failing, recovered}, [][]string{nil, nil})
+		// Its next failure starts the clock; a failing alert may go again
+		// (the hourly bound still counts from the last one).
+		fail(sub, at(24*time.Hour))
+		same(t, "failing since, failing again", stats(sub).FailingSince, at(24*time.Hour))
+		moved, err = s.SubscriptionAlert(f.ctx, sub.ID, true, at(24*time.Hour), time.Hour)
+		noErr(t, "SubscriptionAlert", err)
+		if !moved {
+			t.Fatalf("turned on from %s and failing again: no failing alert", off)
+		}
+		update(&sub, core.SubDisabled, at(25*time.Hour)) // out of the next round's lists
+	}
 }
 
 // A subscription keeps its last failed attempt (status, error, the first

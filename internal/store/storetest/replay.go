@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/store"
 )
@@ -343,17 +344,17 @@ func testReplayJobList(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a, b := f.tenant(), f.tenant()
 	sub, other := f.sub(a.ID, "list.example:443"), f.sub(a.ID, "other.example:443")
+	// One at a time (one runs per subscription), each cancelled before
+	// the next: listed as they stand.
 	var jobs []core.ReplayJob
 	for range 5 {
 		j := job(sub)
 		noErr(t, "ReplayJobCreate", s.ReplayJobCreate(f.ctx, j))
-		jobs = append(jobs, j)
+		c, err := s.ReplayJobCancel(f.ctx, "", j.ID, at(time.Minute))
+		noErr(t, "ReplayJobCancel", err)
+		jobs = append(jobs, c)
 	}
 	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(f.ctx, job(other)))
-	// The newest job cancelled: listed as it stands.
-	c, err := s.ReplayJobCancel(f.ctx, "", jobs[4].ID, at(time.Minute))
-	noErr(t, "ReplayJobCancel", err)
-	jobs[4] = c
 
 	var got []core.ReplayJob
 	var sizes []int
@@ -375,5 +376,64 @@ func testReplayJobList(t *testing.T, s store.Store) {
 	noErr(t, "ReplayJobList(other tenant)", err)
 	if len(page.Data) != 0 {
 		t.Fatalf("another tenant lists %d jobs", len(page.Data))
+	}
+}
+
+// One job runs per subscription: a create while one runs is ErrConflict
+// and writes nothing (nor its audit entry); once it is done or cancelled,
+// or for another subscription, a create goes. Creates racing for one
+// subscription (on a shared store: from several nodes) start one job.
+func testReplayJobOneRunning(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	sub, other := f.sub(a.ID, "one.example:443"), f.sub(a.ID, "two.example:443")
+	first := job(sub)
+	noErr(t, "ReplayJobCreate", s.ReplayJobCreate(f.ctx, first))
+	second := job(sub)
+	ctx := audit.Record(f.ctx, audit.ReplaySubscription, sub.ID, nil)
+	wantErr(t, "ReplayJobCreate while one runs", s.ReplayJobCreate(ctx, second), store.ErrConflict)
+	_, err := s.ReplayJobGet(f.ctx, "", second.ID)
+	wantErr(t, "the refused job", err, store.ErrNotFound)
+	if got := f.audit(store.AuditListParams{TenantID: a.ID, Action: audit.ReplaySubscription}); len(got) != 0 {
+		t.Fatalf("the refused job's audit entry was written: %+v", got)
+	}
+	noErr(t, "ReplayJobCreate of another subscription", s.ReplayJobCreate(f.ctx, job(other)))
+	_, _, err = s.ReplayJobStep(f.ctx, first.ID, 10, at(time.Hour))
+	noErr(t, "ReplayJobStep", err) // nothing to replay: done
+	noErr(t, "ReplayJobCreate once it is done", s.ReplayJobCreate(f.ctx, second))
+	_, err = s.ReplayJobCancel(f.ctx, "", second.ID, at(time.Hour))
+	noErr(t, "ReplayJobCancel", err)
+
+	const racers = 8
+	errs := make(chan error, racers)
+	var wg sync.WaitGroup
+	for range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.ReplayJobCreate(f.ctx, job(sub))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	started := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			started++
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("a racing create: %v", err)
+		}
+	}
+	running, err := s.ReplayJobsRunning(f.ctx)
+	noErr(t, "ReplayJobsRunning", err)
+	n := 0
+	for _, j := range running {
+		if j.SubscriptionID == sub.ID {
+			n++
+		}
+	}
+	if started != 1 || n != 1 {
+		t.Fatalf("%d creates racing: %d started, %d running; want 1 and 1", racers, started, n)
 	}
 }

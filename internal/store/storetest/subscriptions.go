@@ -1,10 +1,13 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"hookd/internal/audit"
 	"hookd/internal/core"
 	"hookd/internal/store"
 )
@@ -295,5 +298,68 @@ func testSubscriptionHostChangeMovesPending(t *testing.T, s store.Store) {
 	noErr(t, "DeliveryReplay", err)
 	if r.Host != moved.Host || r.Shard != core.ShardOf(moved.Host) {
 		t.Fatalf("replayed delivery on %s/%d, want %s", r.Host, r.Shard, moved.Host)
+	}
+}
+
+// SubscriptionCreateWithin counts the tenant's live subscriptions (paused
+// and disabled ones too, deleted ones not, another tenant's not) in the
+// create: at max it is ErrLimit and writes nothing (nor its audit entry).
+// Creates racing (on a shared store: from several nodes) stop at max.
+func testSubscriptionCreateWithin(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a, b := f.tenant(), f.tenant()
+	within := func(tenant string, max int) (core.Subscription, error) {
+		sub := core.Subscription{ID: core.NewID("sub"), TenantID: tenant, URL: "https://w.example/hook", Host: "w.example:443",
+			EventTypes: []string{"*"}, Secret: "whsec_c2VjcmV0", State: core.SubActive, CreatedAt: t0, UpdatedAt: t0}
+		return sub, s.SubscriptionCreateWithin(audit.Record(f.ctx, audit.SubscriptionCreate, sub.ID, nil), sub, max)
+	}
+	paused := f.sub(a.ID, "p.example:443", func(s *core.Subscription) { s.State = core.SubPaused })
+	f.sub(a.ID, "d.example:443", func(s *core.Subscription) { s.State = core.SubDisabled })
+	gone := f.sub(a.ID, "g.example:443")
+	noErr(t, "SubscriptionDelete", s.SubscriptionDelete(f.ctx, "", gone.ID, t0))
+	f.sub(b.ID, "b.example:443")
+
+	if _, err := within(a.ID, 3); err != nil {
+		t.Fatalf("a third subscription of a tenant with a paused, a disabled and a deleted one, limit 3: %v", err)
+	}
+	refused, err := within(a.ID, 3)
+	wantErr(t, "SubscriptionCreateWithin at the limit", err, store.ErrLimit)
+	_, err = s.SubscriptionGet(f.ctx, "", refused.ID)
+	wantErr(t, "the refused subscription", err, store.ErrNotFound)
+	for _, e := range f.audit(store.AuditListParams{TenantID: a.ID}) {
+		if e.TargetID == refused.ID {
+			t.Fatalf("the refused create's audit entry was written: %+v", e)
+		}
+	}
+	if _, err := within(a.ID, 0); err != nil {
+		t.Fatalf("no limit: %v", err)
+	}
+	noErr(t, "SubscriptionDelete", s.SubscriptionDelete(f.ctx, "", paused.ID, t0))
+	if _, err := within(b.ID, 2); err != nil {
+		t.Fatalf("another tenant's second, limit 2: %v", err)
+	}
+
+	const racers, max = 10, 4
+	errs := make(chan error, racers)
+	var wg sync.WaitGroup
+	for range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := within(b.ID, max)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, store.ErrLimit) {
+			t.Fatalf("a racing create: %v", err)
+		}
+	}
+	page, err := s.SubscriptionList(f.ctx, store.SubscriptionListParams{TenantID: b.ID, Limit: 100})
+	noErr(t, "SubscriptionList", err)
+	if len(page.Data) != max {
+		t.Fatalf("%d creates racing for a tenant with 2, limit %d: it has %d", racers, max, len(page.Data))
 	}
 }
