@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"hookd/internal/core"
@@ -38,18 +37,20 @@ func (r *result) outcome() metrics.Outcome {
 // interval or per batch results, whichever comes first. Until a result is
 // written its delivery is still pending in the store, so a crash resends it.
 type resultWriter struct {
-	store    store.Store
-	interval time.Duration
-	batch    int
-	log      *slog.Logger
-	written  func([]result, time.Time) // after every successful write, with when it began
-	in       chan result
-	done     chan struct{}
+	store     store.Store
+	interval  time.Duration
+	batch     int
+	report    func(msg string, err error, args ...any) bool // a failed write (Dispatcher.report)
+	committed func()                                        // a write committed (outage.Tracker.Committed)
+	written   func([]result, time.Time)                     // after every successful write, with when it began
+	in        chan result
+	done      chan struct{}
 }
 
 // newResultWriter queues two batches more than the one being written.
-func newResultWriter(st store.Store, interval time.Duration, batch int, log *slog.Logger, written func([]result, time.Time)) *resultWriter {
-	w := &resultWriter{store: st, interval: interval, batch: batch, log: log, written: written,
+func newResultWriter(st store.Store, interval time.Duration, batch int,
+	report func(string, error, ...any) bool, committed func(), written func([]result, time.Time)) *resultWriter {
+	w := &resultWriter{store: st, interval: interval, batch: batch, report: report, committed: committed, written: written,
 		in: make(chan result, batch*2), done: make(chan struct{})}
 	go w.loop()
 	return w
@@ -123,9 +124,10 @@ func (w *resultWriter) write(batch []result) {
 		if err == nil {
 			break
 		}
-		w.log.Error("writing attempt results; will retry", "n", len(rs), "err", err)
+		w.report("writing attempt results; will retry", err, "n", len(rs))
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 5*time.Second)
 	}
+	w.committed()
 	w.written(batch, began)
 }
