@@ -79,18 +79,20 @@ func (r *recorder) must(want int, method, path string, body any) map[string]any 
 	return out
 }
 
-// secretsRun is what secretsFlow did: the secrets and header values it
-// gave or got, and which answer was allowed to show which secret.
+// secretsRun is what secretsFlow did: the secrets, API keys and header
+// values it gave or got, and which answer was allowed to show which.
 type secretsRun struct {
 	secrets []string          // every whsec_ secret hookd issued
+	keys    []string          // every API key hookd issued
 	values  []string          // every header value given
 	shows   map[string]string // answer index (as text) -> the one secret it may show
 	answers []answer
 }
 
-// secretsFlow creates two subscriptions with known header values on a
-// running node, reads, lists, patches and rotates them, and checks a
-// delivery arrives with the headers and a valid signature.
+// secretsFlow creates two subscriptions with known header values and an
+// API key on a running node, reads, lists, patches and rotates them,
+// checks a delivery arrives with the headers and a valid signature, then
+// reads every route (readEverything).
 func secretsFlow(t *testing.T, e *env) secretsRun {
 	t.Helper()
 	r := &recorder{t: t, base: e.base}
@@ -113,6 +115,9 @@ func secretsFlow(t *testing.T, e *env) secretsRun {
 			t.Errorf("create answered headers %v, want %v", got, want)
 		}
 	}
+	key := r.must(201, "POST", "/v1/tenants/"+core.DefaultTenant+"/keys", map[string]any{"name": "flow"})["api_key"].(string)
+	run.keys = append(run.keys, key)
+	run.shows[fmt.Sprint(len(r.answers)-1)] = key
 	r.must(200, "GET", "/v1/subscriptions/"+ids[0], nil)
 	r.must(200, "GET", "/v1/subscriptions", nil)
 	patched := r.must(200, "PATCH", "/v1/subscriptions/"+ids[0], map[string]any{
@@ -200,12 +205,13 @@ func readEverything(t *testing.T, r *recorder, tenant, sub, ev, typ string) {
 }
 
 // needles are what must be found nowhere: each secret whole and its key
-// part, each header value.
+// part, each API key, each header value.
 func (run secretsRun) needles() []string {
 	var out []string
 	for _, s := range run.secrets {
 		out = append(out, s, strings.TrimPrefix(s, "whsec_"))
 	}
+	out = append(out, run.keys...)
 	return append(out, run.values...)
 }
 
