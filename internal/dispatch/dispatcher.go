@@ -206,7 +206,7 @@ func New(cfg Config) *Dispatcher {
 		}
 	}
 	d.sendCtx, d.cancelSend = context.WithCancel(context.Background())
-	d.results = newResultWriter(cfg.Store, cfg.FlushInterval, cfg.ResultBatch, d.report, cfg.Outage.Committed, d.written)
+	d.results = newResultWriter(d)
 	return d
 }
 
@@ -238,8 +238,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop starts no new attempts, lets those in flight finish or time out
-// (until ctx ends, then cancels them), and writes every result. Then it
-// gives its shard leases back, so the other nodes take them at once.
+// (until ctx ends, then cancels them), and writes every result, unless
+// ctx ends with the store refusing them: those are dropped (their
+// deliveries stay pending, to be sent again) rather than retried for
+// ever. Then it gives its shard leases back, so the other nodes take them
+// at once.
 func (d *Dispatcher) Stop(ctx context.Context) {
 	d.mu.Lock()
 	if d.stopping {
@@ -256,10 +259,11 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		d.cancelSend()
+		d.results.abandon() // attempts wait on a writer the store refuses
 		<-done
 	}
 	d.cancelSend()
-	d.results.close()
+	d.results.close(ctx)
 	d.disables.Wait()
 	d.mu.Lock()
 	d.failuresClosed = true

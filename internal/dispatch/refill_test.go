@@ -279,3 +279,61 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// refusesResults is a store that takes no attempt result: a database gone
+// while the node stops.
+type refusesResults struct {
+	store.Store
+	tries atomic.Int64
+}
+
+func (s *refusesResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	s.tries.Add(1)
+	return fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable)
+}
+
+// Stopping while the store refuses results returns once its context ends:
+// the results are dropped, as a kill would drop them, and their
+// deliveries stay pending to be sent again. (It retried for ever, so
+// SIGTERM during an outage never ended the process.)
+func TestStopDoesNotHangOnAStoreThatRefusesResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "refused.example:443")
+	st := &refusesResults{Store: b.store}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&syncWriter{mu: &mu, w: &logs}, nil))
+	var sent atomic.Int64
+	d := New(Config{Store: st, Subs: b.subs, Log: log, Sender: senderFunc(func(context.Context, *core.Subscription, *core.Job) send.Outcome {
+		sent.Add(1)
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	})})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := b.pending(t, sub, 1)[0]
+	d.Wake(sub.Host, sub.ID)
+	testenv.Eventually(t, 5*time.Second, "the delivery sent and its result refused", func() bool { return sent.Load() == 1 && st.tries.Load() > 0 })
+
+	stopped := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		d.Stop(ctx)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop with a 200 ms deadline still waiting after 10 s on a store that refuses results")
+	}
+	if got := b.state(t, id); got.State != core.DeliveryPending {
+		t.Errorf("the delivery whose result was dropped is %s, want pending (sent again later)", got.State)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "stopped with attempt results unwritten") {
+		t.Errorf("dropping results was not logged:\n%s", logs.String())
+	}
+}
