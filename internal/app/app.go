@@ -174,8 +174,15 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if shared {
 		resync = sharedResync
 	}
+	// One tracker for the node: the API and every background task report
+	// their failed store calls to it, so an outage is logged once, and
+	// /readyz follows writes the node is not making too.
+	outCfg := cfg.Outage
+	outCfg.Log = cfg.Log
+	a.outage = outage.New(outCfg, st)
+	a.outage.Start()
 	a.dispatch = dispatch.New(dispatch.Config{
-		Store: st, Subs: reg, Log: cfg.Log,
+		Store: st, Subs: reg, Log: cfg.Log, Outage: a.outage,
 		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version, Proxy: cfg.EgressProxy}),
 		HostConcurrency: cfg.HostConcurrency,
 		Metrics:         a.metrics,
@@ -197,6 +204,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		DisableAfter: cfg.DisableAfter})
 	if err := a.dispatch.Start(ctx); err != nil {
 		a.ingest.Close()
+		a.outage.Stop()
 		st.Close()
 		return nil, fmt.Errorf("starting dispatcher: %w", err)
 	}
@@ -204,7 +212,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	a.keys = api.NewKeyCache(st, cfg.Log)
 	a.keys.Start()
 	if shared {
-		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log, a.keys)
+		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log, a.outage, a.keys)
 	}
 	a.shed.Start(st, func(id string) bool {
 		sub, ok := reg.Get(id)
@@ -212,6 +220,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	})
 	a.metrics.WatchShed(a.shed.Count)
 	a.replays = replay.New(st, reg, a.dispatch, cfg.Log)
+	a.replays.Outage = a.outage
 	a.replays.Completed = func(j core.ReplayJob) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -221,10 +230,6 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Retention > 0 {
 		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
 	}
-	outCfg := cfg.Outage
-	outCfg.Log = cfg.Log
-	a.outage = outage.New(outCfg, st)
-	a.outage.Start()
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,
 		AdminToken: cfg.AdminToken, Version: cfg.Version, Log: cfg.Log, Metrics: a.metrics, Shed: a.shed, Keys: a.keys,

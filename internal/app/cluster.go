@@ -9,6 +9,7 @@ import (
 	"hookd/internal/api"
 	"hookd/internal/core"
 	"hookd/internal/dispatch"
+	"hookd/internal/outage"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -35,6 +36,7 @@ type cluster struct {
 	reg      *subs.Registry
 	dispatch *dispatch.Dispatcher
 	log      *slog.Logger
+	outage   *outage.Tracker // told of reloads that failed
 	// keys forgets API keys other nodes revoked, so this node refuses them.
 	keys interface {
 		Forget(keyID string)
@@ -51,8 +53,8 @@ type cluster struct {
 	wg     sync.WaitGroup
 }
 
-func startCluster(st store.Store, svc *subs.Service, d *dispatch.Dispatcher, log *slog.Logger, keys *api.KeyCache) *cluster {
-	c := &cluster{subs: svc, reg: svc.Registry(), dispatch: d, log: log, keys: keys,
+func startCluster(st store.Store, svc *subs.Service, d *dispatch.Dispatcher, log *slog.Logger, out *outage.Tracker, keys *api.KeyCache) *cluster {
+	c := &cluster{subs: svc, reg: svc.Registry(), dispatch: d, log: log, outage: out, keys: keys,
 		reload: make(chan struct{}, 1), waiting: map[string]bool{}}
 	c.notifier, _ = st.(store.Notifier)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -146,7 +148,7 @@ func (c *cluster) reloadOnce(ctx context.Context) {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Error("reloading subscriptions", "err", err)
+			c.outage.Report(c.log, "reloading subscriptions", err)
 		}
 		return
 	}

@@ -190,3 +190,40 @@ func TestRevokedKeyIsRefusedOnEveryNode(t *testing.T) {
 		return st == http.StatusUnauthorized
 	})
 }
+
+// A key that expires is accepted by both nodes, each caching it, and
+// refused by both from its expiry on: the expiry is the key's, checked at
+// each use, not the cache's lifetime. (The key cache's clock is its own,
+// so this waits on real time: an expiry two seconds out.)
+func TestExpiredKeyIsRefusedOnEveryNode(t *testing.T) {
+	a, b := twoNodes(t)
+	a.admin.Must(http.StatusCreated, "POST", "/v1/tenants", map[string]any{"id": "acme"})
+	expires := time.Now().Add(2 * time.Second)
+	out := a.admin.Must(http.StatusCreated, "POST", "/v1/tenants/acme/keys",
+		map[string]any{"expires_at": expires.Format(time.RFC3339Nano)})
+	nodes := map[string]*testenv.Client{
+		"a": {T: t, Base: a.base, Token: out["api_key"].(string)},
+		"b": {T: t, Base: b.base, Token: out["api_key"].(string)},
+	}
+	for name, c := range nodes {
+		if st, _ := c.Do("GET", "/v1/subscriptions", nil); st != http.StatusOK {
+			t.Fatalf("node %s before the expiry (%s left): %d, want 200", name, time.Until(expires).Round(time.Millisecond), st)
+		}
+	}
+	const slack = time.Second // the test's and the server's reading of the clock, a request's length
+	if slack >= api.KeyCacheTTL {
+		t.Fatalf("the slack %s would let the cache lapse (%s) and hide a cached key outliving its expiry", slack, api.KeyCacheTTL)
+	}
+	for name, c := range nodes {
+		testenv.Eventually(t, time.Until(expires)+2*slack, "node "+name+" to refuse the expired key", func() bool {
+			st, _ := c.Do("GET", "/v1/subscriptions", nil)
+			if st == http.StatusOK && time.Now().After(expires.Add(slack)) {
+				t.Fatalf("node %s accepted the key %s after its expiry", name, time.Since(expires).Round(time.Millisecond))
+			}
+			if st == http.StatusUnauthorized && time.Now().Before(expires) {
+				t.Fatalf("node %s refused the key %s before its expiry", name, time.Until(expires).Round(time.Millisecond))
+			}
+			return st == http.StatusUnauthorized
+		})
+	}
+}

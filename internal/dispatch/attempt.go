@@ -49,7 +49,7 @@ func (d *Dispatcher) stepLocked(h *host, now time.Time) {
 	}
 	for _, l := range h.lanes {
 		d.trimFreshLocked(h, l, now)
-		if len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !l.storeDue.IsZero() && !l.storeDue.After(now) {
+		if at := d.refillAt(l); len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !at.IsZero() && !at.After(now) {
 			// The refill consumes storeDue; anything due that appears while
 			// it runs (a hand-off that overflowed) sets it again.
 			l.storeDue = time.Time{}
@@ -364,7 +364,7 @@ func (d *Dispatcher) disable(subID, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.cfg.Disable(ctx, subID, reason); err != nil {
-		d.cfg.Log.Error("disabling subscription", "subscription", subID, "err", err)
+		d.report("disabling subscription", err, "subscription", subID)
 		return
 	}
 	d.cfg.Log.Warn("subscription disabled", "subscription", subID, "reason", reason)

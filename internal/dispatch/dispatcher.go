@@ -28,6 +28,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/metrics"
+	"hookd/internal/outage"
 	"hookd/internal/send"
 	"hookd/internal/store"
 	"hookd/internal/subs"
@@ -74,6 +75,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Metrics receives attempt outcomes and finished deliveries (nil: none).
 	Metrics *metrics.Metrics
+	// Outage is told of every store call that failed (an outage is logged
+	// there once, not here for each call) and of every result write that
+	// committed (nil: every failure is logged here).
+	Outage *outage.Tracker
 	// Disable turns a subscription off after its endpoint answered 410
 	// Gone: the subscription service's Disable, so it is ordered like every
 	// other change (nil: the 410 only fails its delivery).
@@ -110,9 +115,15 @@ type Dispatcher struct {
 	health     map[string]*subHealth // by subscription ID
 	wakes      wakeHeap
 	stopping   bool
-	expiring   bool          // an expireHeld pass is running
-	kick       chan struct{} // the earliest wake-up changed
-	resyncNow  chan struct{}
+	expiring   bool // an expireHeld pass is running
+	// refillsAfter holds every lane's refills back after one found the
+	// store down: a failed ingest's Release makes its lane due at once, and
+	// each read the dead store in turn. refillHold is the hold, doubling
+	// from a second to maxRefillHold while refills keep failing.
+	refillsAfter time.Time
+	refillHold   time.Duration
+	kick         chan struct{} // the earliest wake-up changed
+	resyncNow    chan struct{}
 
 	// Shard ownership (leases.go). leaser is nil when the store is not a
 	// Leaser: then every shard is owned and owned, heldUntil are unused.
@@ -195,8 +206,14 @@ func New(cfg Config) *Dispatcher {
 		}
 	}
 	d.sendCtx, d.cancelSend = context.WithCancel(context.Background())
-	d.results = newResultWriter(cfg.Store, cfg.FlushInterval, cfg.ResultBatch, cfg.Log, d.written)
+	d.results = newResultWriter(d)
 	return d
+}
+
+// report logs a failed store call, or tells Config.Outage of it if it is
+// an outage; it reports whether it was one.
+func (d *Dispatcher) report(msg string, err error, args ...any) bool {
+	return d.cfg.Outage.Report(d.cfg.Log, msg, err, args...)
 }
 
 // Start leases shards (with a Leaser), loads every subscription with
@@ -221,8 +238,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop starts no new attempts, lets those in flight finish or time out
-// (until ctx ends, then cancels them), and writes every result. Then it
-// gives its shard leases back, so the other nodes take them at once.
+// (until ctx ends, then cancels them), and writes every result, unless
+// ctx ends with the store refusing them: those are dropped (their
+// deliveries stay pending, to be sent again) rather than retried for
+// ever. Then it gives its shard leases back, so the other nodes take them
+// at once.
 func (d *Dispatcher) Stop(ctx context.Context) {
 	d.mu.Lock()
 	if d.stopping {
@@ -239,10 +259,11 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		d.cancelSend()
+		d.results.abandon() // attempts wait on a writer the store refuses
 		<-done
 	}
 	d.cancelSend()
-	d.results.close()
+	d.results.close(ctx)
 	d.disables.Wait()
 	d.mu.Lock()
 	d.failuresClosed = true

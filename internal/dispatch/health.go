@@ -357,7 +357,7 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 		return
 	}
 	if err := d.board.CircuitsPublish(ctx, changed); err != nil {
-		d.cfg.Log.Error("publishing circuits", "node", d.cfg.Node, "err", err)
+		d.report("publishing circuits", err, "node", d.cfg.Node)
 		return
 	}
 	d.mu.Lock()

@@ -420,7 +420,7 @@ func (d *Dispatcher) nextWake(h *host, hostCap, share int, now time.Time) time.T
 	hostFree := h.inflight < hostCap && !now.Before(h.pauseUntil) &&
 		(h.breaker.state == closed || (h.breaker.state == halfOpen && !h.breaker.probing))
 	for id, l := range h.lanes {
-		earliest(l.storeDue)
+		earliest(d.refillAt(l))
 		if l.breaker.state == open {
 			earliest(l.breaker.retryAt)
 		}

@@ -195,7 +195,7 @@ func (d *Dispatcher) handOver(ctx context.Context) {
 	}
 	slices.Sort(ready)
 	if err := d.leaser.ShardHandOver(ctx, d.cfg.Node, ready); err != nil {
-		d.cfg.Log.Error("handing shards over; will retry", "node", d.cfg.Node, "err", err)
+		d.report("handing shards over; will retry", err, "node", d.cfg.Node)
 		d.mu.Lock()
 		d.handAfter = time.Now().Add(time.Second) // not every 50 ms while the database is away
 		d.mu.Unlock()
@@ -272,14 +272,14 @@ func (d *Dispatcher) leaseLoop() {
 			d.mu.Lock()
 			stopAt := d.heldUntil.Add(-d.cfg.LeaseTTL / 3)
 			d.mu.Unlock()
-			d.cfg.Log.Error("renewing shard leases", "node", d.cfg.Node, "err", err, "sends_stop_at", stopAt)
+			d.report("renewing shard leases", err, "node", d.cfg.Node, "sends_stop_at", stopAt)
 			wait = min(every, time.Second)
 		} else {
 			if len(gained) > 0 {
 				if err := d.resyncShards(ctx, gained); err != nil {
 					// This renewal's budget is spent: the loop's own resync,
 					// with a longer one, takes them now rather than at its tick.
-					d.cfg.Log.Error("resync of gained shards; resyncing all", "err", err)
+					d.report("resync of gained shards; resyncing all", err)
 					d.Resync()
 				}
 			}
@@ -296,6 +296,6 @@ func (d *Dispatcher) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := d.leaser.ShardRelease(ctx, d.cfg.Node); err != nil {
-		d.cfg.Log.Error("releasing shard leases", "node", d.cfg.Node, "err", err)
+		d.report("releasing shard leases", err, "node", d.cfg.Node)
 	}
 }

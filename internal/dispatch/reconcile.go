@@ -35,13 +35,14 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	recorded := l.recorded
 	l.recorded = nil
 	if err != nil {
-		if !d.stopping {
-			d.cfg.Log.Error("refilling a lane", "subscription", l.subID, "err", err)
+		if !d.stopping && d.report("refilling a lane", err, "subscription", l.subID) {
+			d.holdRefillsLocked(time.Now())
 		}
 		l.due(time.Now().Add(time.Second))
 		d.pumpLocked(h, time.Now())
 		return
 	}
+	d.refillHold = 0
 	if sub, ok := d.cfg.Subs.Get(l.subID); ok && sub.Host != h.name {
 		d.movedFromLocked(l, sub)
 		d.pumpLocked(h, time.Now())
@@ -63,12 +64,36 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	d.pumpLocked(h, time.Now())
 }
 
+// maxRefillHold bounds how long refills wait on a store that was down:
+// how late due work may go out after it is back.
+const maxRefillHold = 5 * time.Second
+
+// holdRefillsLocked holds every lane's refills back after one found the
+// store down (see refillsAfter). Refills that began before the hold and
+// fail after it do not lengthen it: the hold doubles once per round.
+func (d *Dispatcher) holdRefillsLocked(now time.Time) {
+	if now.Before(d.refillsAfter) {
+		return
+	}
+	d.refillHold = min(max(2*d.refillHold, time.Second), maxRefillHold)
+	d.refillsAfter = now.Add(d.refillHold)
+}
+
+// refillAt is when a lane's refill may start: when the store may hold due
+// work for it, or once the hold on refills lifts.
+func (d *Dispatcher) refillAt(l *lane) time.Time {
+	if l.storeDue.IsZero() || l.storeDue.After(d.refillsAfter) {
+		return l.storeDue
+	}
+	return d.refillsAfter
+}
+
 // poll is the loop's periodic safety net: resync, fail what waited out its
 // retry window behind an open circuit, and forget stale health.
 func (d *Dispatcher) poll() {
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
 	if err := d.resync(ctx); err != nil {
-		d.cfg.Log.Error("resync with store", "err", err)
+		d.report("resync with store", err)
 	}
 	cancel()
 	d.expireHeld()
@@ -133,7 +158,7 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 		n, err := d.cfg.Store.DeliveryRehost(ctx, id)
 		if err != nil {
 			// The next resync tries again; the rest of this one stands.
-			d.cfg.Log.Error("moving deliveries written under a host their subscription left", "subscription", id, "err", err)
+			d.report("moving deliveries written under a host their subscription left", err, "subscription", id)
 			continue
 		}
 		if n > 0 {
@@ -192,7 +217,7 @@ func (d *Dispatcher) expireHeld() {
 			cancel()
 			d.cfg.Metrics.Expired(n)
 			if err != nil {
-				d.cfg.Log.Error("expiring held deliveries", "subscription", hl.sub, "err", err)
+				d.report("expiring held deliveries", err, "subscription", hl.sub)
 			}
 			if n > 0 {
 				d.mu.Lock()

@@ -1,15 +1,20 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/outage"
 	"hookd/internal/send"
 	"hookd/internal/store"
 	"hookd/internal/testenv"
@@ -198,4 +203,137 @@ func TestReplayWhileResultIsNotedIsSentWithoutResync(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "the wake-up's refill to finish", func() bool { return !d.refilling(host) })
 	d.written([]result{r}, began)
 	testenv.Eventually(t, 5*time.Second, "the replayed delivery to be sent", func() bool { return sent.Load() == 1 })
+}
+
+// downDue fails DeliveryDue as an unreachable database does while down is
+// set, counting the calls.
+type downDue struct {
+	store.Store
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (s *downDue) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
+	if s.down.Load() {
+		s.calls.Add(1)
+		return nil, time.Time{}, fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable)
+	}
+	return s.Store.DeliveryDue(ctx, p)
+}
+
+// While the store is down, each failed ingest releases its reservations
+// and makes its lane due at once: the lane's refills must hold back rather
+// than read the dead store once per failed ingest (356 reads, each logged,
+// in an 8 s outage), be the tracker's to log, and resume once it is back.
+func TestRefillsHoldBackWhileTheStoreIsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "down.example:443")
+	st := &downDue{Store: b.store}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&syncWriter{mu: &mu, w: &logs}, nil))
+	tr := outage.New(outage.Config{Log: log}, b.store) // not started: only Report counts
+	var sent atomic.Int64
+	d := b.run(t, Config{Store: st, Log: log, Outage: tr, Resync: time.Hour,
+		Sender: senderFunc(func(context.Context, *core.Subscription, *core.Job) send.Outcome {
+			sent.Add(1)
+			return send.Outcome{Class: send.Delivered, StatusCode: 200}
+		})})
+	st.down.Store(true)
+	// A commit that failed as it landed: released, so only the store has it.
+	batch, _ := pendingBatch(sub, 1)
+	d.Reserve(batch)
+	b.commit(t, batch)
+	d.Release(batch)
+	tick := time.NewTicker(5 * time.Millisecond)
+	for range 200 { // a second of failed ingests
+		failed, _ := pendingBatch(sub, 1)
+		d.Reserve(failed)
+		d.Release(failed)
+		<-tick.C
+	}
+	tick.Stop()
+	if err := tr.Err(); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("after the refills failed the tracker says %v, want store unavailable (for /readyz)", err)
+	}
+	if n := st.calls.Load(); n > 3 {
+		t.Errorf("%d reads of the store while it was down for a second under 200 failed ingests, want at most 3", n)
+	}
+	st.down.Store(false)
+	testenv.Eventually(t, 10*time.Second, "the committed delivery sent once the store is back", func() bool { return sent.Load() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), `msg="store outage began"`) {
+		t.Errorf("%d ERROR lines, want only the outage's start:\n%s", n, logs.String())
+	}
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// refusesResults is a store that takes no attempt result: a database gone
+// while the node stops.
+type refusesResults struct {
+	store.Store
+	tries atomic.Int64
+}
+
+func (s *refusesResults) DeliveryRecordResults(ctx context.Context, rs []store.AttemptResult) error {
+	s.tries.Add(1)
+	return fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable)
+}
+
+// Stopping while the store refuses results returns once its context ends:
+// the results are dropped, as a kill would drop them, and their
+// deliveries stay pending to be sent again. (It retried for ever, so
+// SIGTERM during an outage never ended the process.)
+func TestStopDoesNotHangOnAStoreThatRefusesResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "refused.example:443")
+	st := &refusesResults{Store: b.store}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&syncWriter{mu: &mu, w: &logs}, nil))
+	var sent atomic.Int64
+	d := New(Config{Store: st, Subs: b.subs, Log: log, Sender: senderFunc(func(context.Context, *core.Subscription, *core.Job) send.Outcome {
+		sent.Add(1)
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	})})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := b.pending(t, sub, 1)[0]
+	d.Wake(sub.Host, sub.ID)
+	testenv.Eventually(t, 5*time.Second, "the delivery sent and its result refused", func() bool { return sent.Load() == 1 && st.tries.Load() > 0 })
+
+	stopped := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		d.Stop(ctx)
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop with a 200 ms deadline still waiting after 10 s on a store that refuses results")
+	}
+	if got := b.state(t, id); got.State != core.DeliveryPending {
+		t.Errorf("the delivery whose result was dropped is %s, want pending (sent again later)", got.State)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "stopped with attempt results unwritten") {
+		t.Errorf("dropping results was not logged:\n%s", logs.String())
+	}
 }

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"hookd/internal/core"
@@ -38,19 +37,22 @@ func (r *result) outcome() metrics.Outcome {
 // interval or per batch results, whichever comes first. Until a result is
 // written its delivery is still pending in the store, so a crash resends it.
 type resultWriter struct {
-	store    store.Store
+	d        *Dispatcher // its store, log and outage tracker; written after every successful write
 	interval time.Duration
 	batch    int
-	log      *slog.Logger
-	written  func([]result, time.Time) // after every successful write, with when it began
 	in       chan result
 	done     chan struct{}
+	// ctx ends when the writer gives up (abandon): a write the store
+	// refuses is then dropped rather than retried.
+	ctx     context.Context
+	abandon context.CancelFunc
 }
 
 // newResultWriter queues two batches more than the one being written.
-func newResultWriter(st store.Store, interval time.Duration, batch int, log *slog.Logger, written func([]result, time.Time)) *resultWriter {
-	w := &resultWriter{store: st, interval: interval, batch: batch, log: log, written: written,
-		in: make(chan result, batch*2), done: make(chan struct{})}
+func newResultWriter(d *Dispatcher) *resultWriter {
+	w := &resultWriter{d: d, interval: d.cfg.FlushInterval, batch: d.cfg.ResultBatch,
+		in: make(chan result, d.cfg.ResultBatch*2), done: make(chan struct{})}
+	w.ctx, w.abandon = context.WithCancel(context.Background())
 	go w.loop()
 	return w
 }
@@ -69,10 +71,17 @@ func (w *resultWriter) tryAdd(r result) bool {
 	}
 }
 
-// close writes everything queued and stops. No add may follow.
-func (w *resultWriter) close() {
+// close writes everything queued and stops, dropping what the store
+// still refuses once ctx ends (see write). No add may follow.
+func (w *resultWriter) close(ctx context.Context) {
 	close(w.in)
-	<-w.done
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		w.abandon()
+		<-w.done
+	}
+	w.abandon()
 }
 
 func (w *resultWriter) loop() {
@@ -109,6 +118,9 @@ func (w *resultWriter) loop() {
 
 // write retries until the store takes the batch: dropping a result would
 // lose an attempt record (the delivery itself stays pending either way).
+// Only once the writer is abandoned (a shutdown whose deadline passed
+// with the store down) is a batch dropped, as a kill would: shutdown must
+// not hang on a dead database.
 func (w *resultWriter) write(batch []result) {
 	rs := make([]store.AttemptResult, len(batch))
 	for i, r := range batch {
@@ -117,15 +129,24 @@ func (w *resultWriter) write(batch []result) {
 	backoff := 100 * time.Millisecond
 	began := time.Now()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := w.store.DeliveryRecordResults(ctx, rs)
+		ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+		err := w.d.cfg.Store.DeliveryRecordResults(ctx, rs)
 		cancel()
 		if err == nil {
 			break
 		}
-		w.log.Error("writing attempt results; will retry", "n", len(rs), "err", err)
-		time.Sleep(backoff)
+		if w.ctx.Err() != nil {
+			w.d.cfg.Log.Warn("stopped with attempt results unwritten: their deliveries stay pending and are sent again",
+				"n", len(rs), "err", err)
+			return
+		}
+		w.d.report("writing attempt results; will retry", err, "n", len(rs))
+		select {
+		case <-time.After(backoff):
+		case <-w.ctx.Done():
+		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
-	w.written(batch, began)
+	w.d.cfg.Outage.Committed()
+	w.d.written(batch, began)
 }

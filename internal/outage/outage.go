@@ -2,15 +2,21 @@
 // for the log. A store outage (store.ErrUnavailable, store.ErrFull) is
 // logged once when it begins (ERROR), again at most every Repeat while it
 // lasts with how many calls failed meanwhile, and once when it ends (INFO)
-// with how long it lasted: the API's error path reports each failed call
-// here instead of logging it (an 11 s PostgreSQL restart logged 4,128 ERROR
-// lines, and nothing when it came back).
+// with how long it lasted. Every part of the node reports its failed store
+// calls here instead of logging each: the API's error path (Fail) and the
+// background tasks, the dispatcher, lease loop and replay runner (Report).
+// An 11 s PostgreSQL restart once logged 4,128 ERROR lines, and an 8 s one
+// under ingest still 373 from the background, and nothing when it came
+// back.
 //
 // It ends only when a write commits again: while it lasts a prober tries
 // one (store.HealthWrite) every Probe, so readiness comes back without a
 // request and without a restart. While all is well the prober pings the
 // store (a read) every Ping, so an idle node notices an unreachable
-// database too; /readyz itself never touches the store.
+// database too; and when no write was seen committing for Write it tries a
+// write instead, so an idle node notices a full disk or a database that
+// refuses writes (a read still works on both). /readyz itself never
+// touches the store.
 package outage
 
 import (
@@ -24,10 +30,11 @@ import (
 	"hookd/internal/store"
 )
 
-// Checker is what the prober asks of the store.
+// Checker is what the tracker asks of the store.
 type Checker interface {
 	HealthPing(ctx context.Context) error
 	HealthWrite(ctx context.Context) error
+	HealthOutage(err error) error
 }
 
 type Config struct {
@@ -37,12 +44,17 @@ type Config struct {
 	// Ping is how often a healthy store is pinged (default 5s); Probe how
 	// often a write is tried while writes fail (default 1s).
 	Ping, Probe time.Duration
+	// Write is how long a healthy store may go without a write seen
+	// committing (Committed, or a probe's) before the prober tries one
+	// in place of a ping (default 30s).
+	Write time.Duration
 }
 
 const (
 	DefaultRepeat = 30 * time.Second
 	DefaultPing   = 5 * time.Second
 	DefaultProbe  = time.Second
+	DefaultWrite  = 30 * time.Second
 	checkTimeout  = 5 * time.Second
 )
 
@@ -74,6 +86,7 @@ type Tracker struct {
 	logged   time.Time // when it was last logged
 	failures int       // failed calls since it was last logged
 	total    int       // failed calls in this outage
+	wrote    time.Time // when a write was last seen committing
 
 	wake chan struct{} // a failure starts probing now
 	quit chan struct{}
@@ -95,8 +108,13 @@ func New(cfg Config, check Checker) *Tracker {
 	if cfg.Probe <= 0 {
 		cfg.Probe = DefaultProbe
 	}
-	return &Tracker{cfg: cfg, check: check, now: time.Now,
+	if cfg.Write <= 0 {
+		cfg.Write = DefaultWrite
+	}
+	t := &Tracker{cfg: cfg, check: check, now: time.Now,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	t.wrote = t.now() // opening the store migrated it
+	return t
 }
 
 // Start runs the prober until Stop.
@@ -139,10 +157,41 @@ func (t *Tracker) Fail(err error) {
 	}
 }
 
+// Report is how a background task tells of a store call that failed: an
+// outage (by the store's reckoning, see store.HealthOutage) is counted as
+// by Fail, and logged only as the outage; any other error is logged as msg
+// with args and err. It reports whether err was an outage. On a nil
+// *Tracker every error is logged.
+func (t *Tracker) Report(log *slog.Logger, msg string, err error, args ...any) bool {
+	if t != nil {
+		err = t.check.HealthOutage(err)
+	}
+	if t == nil || !Is(err) {
+		log.Error(msg, append(args, "err", err)...)
+		return Is(err)
+	}
+	t.Fail(err)
+	return true
+}
+
+// Committed tells of a write that committed: while all is well the prober
+// then needs no write of its own to know writes work. It does not end an
+// outage (only a probe's write does: a small write may commit where an
+// event would not).
+func (t *Tracker) Committed() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.wrote = t.now()
+}
+
 // recovered ends an outage: a write committed.
 func (t *Tracker) recovered() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.wrote = t.now()
 	if !t.down {
 		return
 	}
@@ -172,13 +221,16 @@ func (t *Tracker) Err() error {
 		t.now().Sub(t.since).Round(time.Second), t.since.UTC().Format(time.RFC3339))
 }
 
-func (t *Tracker) isDown() bool {
+// state says whether an outage lasts and whether the prober should write
+// rather than ping: during an outage, or after Write without a commit.
+func (t *Tracker) state() (down, write bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.down
+	return t.down, t.down || t.now().Sub(t.wrote) >= t.cfg.Write
 }
 
-// loop pings while all is well and probes with a write while it is not.
+// loop pings while all is well, and writes while it is not or when no
+// write was seen committing for a while.
 func (t *Tracker) loop() {
 	defer close(t.done)
 	timer := time.NewTimer(t.cfg.Ping)
@@ -190,9 +242,9 @@ func (t *Tracker) loop() {
 		case <-timer.C:
 		case <-t.wake:
 		}
-		down := t.isDown()
+		_, write := t.state()
 		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
-		if down {
+		if write {
 			if err := t.check.HealthWrite(ctx); err != nil {
 				t.Fail(err)
 			} else {
@@ -203,7 +255,7 @@ func (t *Tracker) loop() {
 		}
 		cancel()
 		next := t.cfg.Ping
-		if t.isDown() {
+		if down, _ := t.state(); down {
 			next = t.cfg.Probe
 		}
 		timer.Reset(next)

@@ -15,14 +15,26 @@ import (
 	"hookd/internal/store"
 )
 
-// fakeStore fails its checks with err while err is set.
+// fakeStore fails its checks with err while err is set, and its writes
+// only with writeErr while that is set (a full disk: reads still work).
+// Its HealthOutage maps errRaw, as a driver's error no method mapped.
 type fakeStore struct {
 	mu            sync.Mutex
-	err           error
+	err, writeErr error
 	pings, writes int
 }
 
-func (f *fakeStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
+func (f *fakeStore) set(err error)      { f.mu.Lock(); f.err = err; f.mu.Unlock() }
+func (f *fakeStore) setWrite(err error) { f.mu.Lock(); f.writeErr = err; f.mu.Unlock() }
+
+var errRaw = errors.New("error preprocessing batch (prepare): unexpected EOF")
+
+func (f *fakeStore) HealthOutage(err error) error {
+	if errors.Is(err, errRaw) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
 
 // counts returns how many pings and probe writes it answered.
 func (f *fakeStore) counts() (pings, writes int) {
@@ -42,6 +54,9 @@ func (f *fakeStore) HealthWrite(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.writes++
+	if f.writeErr != nil {
+		return f.writeErr
+	}
 	return f.err
 }
 
@@ -157,9 +172,89 @@ func TestIdleNodeNoticesAndRecovers(t *testing.T) {
 	})
 }
 
+// TestIdleNodeWritesToNoticeAFullDisk: a store that still reads but no
+// longer writes (a full disk) is noticed by a probe write once no write
+// was seen committing for Write; while writes are seen committing the
+// prober only pings.
+func TestIdleNodeWritesToNoticeAFullDisk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuffer
+		st := &fakeStore{}
+		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
+		tr.Start()
+		defer tr.Stop()
+		for range 12 { // a minute of writes seen committing
+			tr.Committed()
+			time.Sleep(5 * time.Second)
+		}
+		if _, writes := st.counts(); writes != 0 {
+			t.Errorf("%d probe writes while writes were seen committing, want 0", writes)
+		}
+		full := fmt.Errorf("%w: database or disk is full", store.ErrFull)
+		st.setWrite(full)
+		time.Sleep(DefaultWrite + DefaultPing) // the first ping past Write writes
+		synctest.Wait()
+		if err := tr.Err(); !errors.Is(err, store.ErrFull) {
+			t.Fatalf("idle past Write on a full store: Err %v, want store full", err)
+		}
+		st.setWrite(nil)
+		time.Sleep(DefaultProbe)
+		synctest.Wait()
+		if err := tr.Err(); err != nil {
+			t.Fatalf("after the disk had room: Err %v", err)
+		}
+		pings, writes := st.counts()
+		time.Sleep(DefaultWrite - time.Second) // the probe's write counts as one seen
+		if p, w := st.counts(); w != writes || p <= pings {
+			t.Errorf("within Write of the probe's write: %d more writes and %d more pings, want 0 and some", w-writes, p-pings)
+		}
+		if b, e := logs.lines("store outage began"), logs.lines("store outage ended"); len(b) != 1 || len(e) != 1 || !strings.Contains(b[0], "kind=full") {
+			t.Errorf("began %q, ended %q: want one each, kind=full", b, e)
+		}
+	})
+}
+
+// TestReportCountsOutagesAndLogsTheRest: a background task's outage,
+// mapped or only recognised by the store, is the tracker's to log (once);
+// any other failure is logged as the task's own.
+func TestReportCountsOutagesAndLogsTheRest(t *testing.T) {
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	st := &fakeStore{}
+	tr := New(Config{Log: log}, st) // not started: no prober
+	for range 50 {
+		if !tr.Report(log, "refilling a lane", fmt.Errorf("reading due work: %w", errRaw), "subscription", "sub_1") {
+			t.Fatal("a raw driver error the store calls an outage: Report says it is none")
+		}
+		if !tr.Report(log, "renewing shard leases", errDown) {
+			t.Fatal("ErrUnavailable: Report says it is no outage")
+		}
+	}
+	own := errors.New("constraint violated")
+	if tr.Report(log, "moving deliveries", own, "subscription", "sub_2") {
+		t.Error("an error of the call's own: Report says it is an outage")
+	}
+	if !errors.Is(tr.Err(), store.ErrUnavailable) {
+		t.Errorf("after reported outages Err = %v, want store unavailable", tr.Err())
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 {
+		t.Errorf("%d ERROR lines, want 2 (the outage's start, the other error):\n%s", n, logs.String())
+	}
+	if l := logs.lines("moving deliveries"); len(l) != 1 || !strings.Contains(l[0], "subscription=sub_2") || !strings.Contains(l[0], "constraint violated") {
+		t.Errorf("the other error logged as %q, want its message, args and err", l)
+	}
+
+	var nilTr *Tracker
+	nilTr.Report(log, "renewing shard leases", errDown)
+	if l := logs.lines("renewing shard leases"); len(l) != 1 {
+		t.Errorf("without a tracker an outage is logged as the task's: %q", l)
+	}
+}
+
 func TestNilTrackerDoesNothing(t *testing.T) {
 	var tr *Tracker
 	tr.Fail(errDown)
+	tr.Committed()
 	tr.Stop()
 	if err := tr.Err(); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/outage"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -47,6 +48,9 @@ type Runner struct {
 	// committed; on the runner's goroutine, so it should not block long.
 	// Set it before Start.
 	Completed func(core.ReplayJob)
+	// Outage, if set before Start, is told of the store calls that failed:
+	// an outage is logged there once, not here for each call.
+	Outage *outage.Tracker
 
 	jobs   map[string]*job // running jobs by ID, as last listed
 	listed time.Time       // when jobs was last read from the store
@@ -138,7 +142,7 @@ func (r *Runner) run(now time.Time) {
 	defer cancel()
 	if now.Sub(r.listed) >= listEvery {
 		if err := r.list(ctx); err != nil {
-			r.log.Error("listing replay jobs", "err", err)
+			r.Outage.Report(r.log, "listing replay jobs", err)
 		}
 		r.listed = now
 	}
@@ -177,7 +181,7 @@ func (r *Runner) step(ctx context.Context, j *job, now time.Time) {
 		return
 	}
 	if err := r.tried(ctx, j); err != nil {
-		r.log.Error("replay job: reading what was tried", "job", j.ID, "err", err)
+		r.Outage.Report(r.log, "replay job: reading what was tried", err, "job", j.ID)
 		j.idleUntil = now.Add(listEvery)
 		return
 	}
@@ -191,7 +195,7 @@ func (r *Runner) step(ctx context.Context, j *job, now time.Time) {
 		delete(r.jobs, j.ID) // cancelled, or finished by another node
 		return
 	case err != nil:
-		r.log.Error("replay job step", "job", j.ID, "err", err)
+		r.Outage.Report(r.log, "replay job step", err, "job", j.ID)
 		j.idleUntil = now.Add(listEvery)
 		return
 	}

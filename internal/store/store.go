@@ -309,6 +309,13 @@ type Store interface {
 	// event's does: run only while writes fail, to tell when they commit
 	// again. ErrUnavailable or ErrFull while they cannot.
 	HealthWrite(ctx context.Context) error
+	// HealthOutage returns err as a store outage (wrapping ErrUnavailable
+	// or ErrFull) when the driver's error in it says the database is
+	// unreachable or full, whichever method returned it: not every method
+	// maps its driver's errors, and a background task that cannot tell an
+	// outage from a fault of its own logs each one. Any other error, or
+	// one already mapped, is returned as it is.
+	HealthOutage(err error) error
 	// DeliveryRecordResults writes attempt outcomes in ONE transaction. A
 	// result moves its delivery on (state, next try, last status and error,
 	// attempt_count = N) only if the delivery is still pending and its

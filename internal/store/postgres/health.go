@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"hookd/internal/store"
 )
 
 func (s *Store) HealthPing(ctx context.Context) error {
@@ -19,4 +22,14 @@ func (s *Store) HealthWrite(ctx context.Context) error {
 		return fmt.Errorf("postgres: probe write: %w", mapErr(err))
 	}
 	return nil
+}
+
+func (s *Store) HealthOutage(err error) error {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFull) {
+		return err
+	}
+	if m := mapErr(err); errors.Is(m, store.ErrUnavailable) || errors.Is(m, store.ErrFull) {
+		return m
+	}
+	return err
 }

@@ -3,10 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 func (s *Store) HealthPing(ctx context.Context) error {
@@ -46,4 +48,14 @@ func (s *Store) LimitPages(ctx context.Context, n int64) (int64, error) {
 		return 0, fmt.Errorf("sqlite: max_page_count: %w", err)
 	}
 	return got, nil
+}
+
+func (s *Store) HealthOutage(err error) error {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFull) {
+		return err
+	}
+	if m := mapErr(err); errors.Is(m, store.ErrUnavailable) || errors.Is(m, store.ErrFull) {
+		return m
+	}
+	return err
 }
