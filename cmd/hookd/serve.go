@@ -40,6 +40,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	leaseTTL := fs.Duration("lease-ttl", dispatch.DefaultLeaseTTL, "PostgreSQL: how long a node's shard leases last unrenewed (renewed every third of it); a crashed node's destinations move after about this long")
 	retain := fs.Duration("retention", 30*24*time.Hour, "how long events, their deliveries and attempts are kept (an event with a pending delivery stays until it is done); daily per-subscription counts are kept forever; 0: keep everything")
 	shedAt := fs.Int("shed-backlog", shed.DefaultThreshold, "pending deliveries of one subscription over which, if the backlog has not shrunk for 5 minutes, its new deliveries are written skipped (replayable) until it is back under 80 %; 0: never shed")
+	keepSuccess := fs.Bool("keep-success-response", false, "keep a successful (2xx) answer's headers and first KiB of body with its attempt, as a failure's always are; off, a success keeps its status and timing only, which saves a write per delivery")
 	disableAfter := fs.Duration("disable-after", lifecycle.DefaultDisableAfter, "disable a subscription every attempt of which has failed for this long, with attempts every day (any success resets the clock); its owner is told by a hookd.subscription.disabled event; 0: never")
 	nodeID := fs.String("node-id", "", "PostgreSQL: this node's name in shard_leases (default: hostname and a random suffix)")
 	metricsAddr := fs.String("metrics-addr", defaultMetricsAddr, "address serving GET /metrics without credentials, for Prometheus: keep it on loopback or a private network; empty or off: no such listener (the API port answers /metrics to the admin token either way)")
@@ -141,7 +142,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		HostConcurrency: *hostConc, Version: version, Log: log,
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
 		PublicURL: *publicURL, FrameAncestors: frameAncestors,
-		Shed: shed.Config{Threshold: *shedAt}, Keys: keys, DisableAfter: *disableAfter,
+		Shed: shed.Config{Threshold: *shedAt}, Keys: keys, DisableAfter: *disableAfter, KeepSuccessResponse: *keepSuccess,
 		HTTP:   app.HTTPTimeouts{Idle: *idle},
 		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},
 	})

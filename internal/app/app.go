@@ -56,6 +56,9 @@ type Config struct {
 	// DisableAfter disables a subscription every attempt of which failed
 	// for that long, with attempts every day (see lifecycle); 0 never.
 	DisableAfter time.Duration
+	// KeepSuccessResponse keeps a 2xx answer's headers and body head with
+	// its attempt (send.Config.KeepSuccessResponse).
+	KeepSuccessResponse bool
 	// HTTP bounds what one client may hold of the API server.
 	HTTP HTTPTimeouts
 	// Limits bound what one tenant may ask (zero: no limit; hookd serve
@@ -183,7 +186,8 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	a.outage.Start()
 	a.dispatch = dispatch.New(dispatch.Config{
 		Store: st, Subs: reg, Log: cfg.Log, Outage: a.outage,
-		Sender:          send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version, Proxy: cfg.EgressProxy}),
+		Sender: send.New(send.Config{Guard: guard, UserAgent: "hookd/" + cfg.Version, Proxy: cfg.EgressProxy,
+			KeepSuccessResponse: cfg.KeepSuccessResponse}),
 		HostConcurrency: cfg.HostConcurrency,
 		Metrics:         a.metrics,
 		Resync:          resync,

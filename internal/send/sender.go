@@ -39,6 +39,10 @@ type Config struct {
 	Proxy *url.URL
 	// Resolver resolves endpoint names (nil: net.DefaultResolver).
 	Resolver *net.Resolver
+	// KeepSuccessResponse keeps a 2xx answer's headers and body head in
+	// the Outcome, as a failure's always are; off, a success keeps its
+	// status and timing only (serve --keep-success-response).
+	KeepSuccessResponse bool
 }
 
 // Sender POSTs signed deliveries. It is safe for concurrent use and keeps
@@ -48,9 +52,10 @@ type Sender struct {
 	// trip never follows a redirect (the design says never follow one; the
 	// 3xx is the answer), and the client's per-request header copy for
 	// redirects cost 4% of hookd's CPU under load.
-	transport *http.Transport
-	guard     *Guard
-	userAgent string
+	transport   *http.Transport
+	guard       *Guard
+	userAgent   string
+	keepSuccess bool
 }
 
 // New returns a Sender whose every dial is checked by cfg.Guard.
@@ -85,7 +90,7 @@ func New(cfg Config) *Sender {
 		// default) would cost a header map per request and a decompressor.
 		DisableCompression: true,
 	}
-	return &Sender{transport: tr, guard: guard, userAgent: ua}
+	return &Sender{transport: tr, guard: guard, userAgent: ua, keepSuccess: cfg.KeepSuccessResponse}
 }
 
 // CloseIdleConnections releases pooled connections, e.g. at shutdown.
@@ -167,14 +172,16 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	}
 	defer resp.Body.Close()
 	out.StatusCode = resp.StatusCode
-	out.ResponseHeaders = headerText(resp.Header)
 	out.Class = classify(resp.StatusCode, sub)
 	out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now.Add(time.Since(start)))
-	// The status is the answer; a body that stalls or breaks only shortens the head.
-	buf := heads.Get().(*[core.MaxResponseHead]byte)
-	n, _ := io.ReadFull(resp.Body, buf[:])
-	out.Response = responseText(buf[:n]) // a copy: the buffer goes back
-	heads.Put(buf)
-	io.CopyN(io.Discard, resp.Body, drainLimit)
+	if out.Class != Delivered || s.keepSuccess {
+		out.ResponseHeaders = headerText(resp.Header)
+		// The status is the answer; a body that stalls or breaks only shortens the head.
+		buf := heads.Get().(*[core.MaxResponseHead]byte)
+		n, _ := io.ReadFull(resp.Body, buf[:])
+		out.Response = responseText(buf[:n]) // a copy: the buffer goes back
+		heads.Put(buf)
+	}
+	io.CopyN(io.Discard, resp.Body, drainLimit) // read to the end (bounded), so the connection is reused
 	return out
 }

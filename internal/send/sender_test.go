@@ -76,7 +76,7 @@ func recorder(t *testing.T) (*httptest.Server, chan captured) {
 
 func TestSendHeadersAndSignature(t *testing.T) {
 	srv, got := recorder(t)
-	s := New(Config{Guard: NewGuard(loopback), UserAgent: "hookd/test"})
+	s := New(Config{Guard: NewGuard(loopback), UserAgent: "hookd/test", KeepSuccessResponse: true})
 	now := time.Unix(1_714_000_000, 0)
 	out := s.Send(context.Background(), testSub(srv.URL+"/hook?x=1"), testJob(), now)
 	if out.Class != Delivered || out.StatusCode != 200 || out.Err != "" || out.Response != "ok" {
@@ -233,7 +233,7 @@ func TestClassification(t *testing.T) {
 		{path: "/503?retry_after=120", class: Retry, retryAfter: 2 * time.Minute},
 		{path: "/200?retry_after=5", class: Delivered, retryAfter: 5 * time.Second},
 	}
-	s := New(Config{Guard: NewGuard(loopback)})
+	s := New(Config{Guard: NewGuard(loopback), KeepSuccessResponse: true})
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			sub := testSub(srv.URL + tt.path)
@@ -461,5 +461,43 @@ func TestSendEndpointHeaders(t *testing.T) {
 		if err := webhook.Verify(testSecret, c.header, c.body, now, webhook.DefaultTolerance); err != nil {
 			t.Errorf("webhook.Verify: %v", err)
 		}
+	}
+}
+
+// A success's answer is kept only when asked: by default a 2xx keeps its
+// status and timing, a failure its headers and body head too. Either way
+// the body is read to its end, so the connection is used again.
+func TestSuccessAnswerKeptOnlyWhenAsked(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Answer", "yes")
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(500)
+		}
+		io.WriteString(w, strings.Repeat("b", 3000))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for _, keep := range []bool{false, true} {
+		s := New(Config{Guard: NewGuard(loopback), KeepSuccessResponse: keep})
+		before := conns.Load()
+		for _, c := range []struct {
+			path string
+			kept bool
+		}{{"/ok", keep}, {"/ok", keep}, {"/fail", true}} {
+			out := s.Send(context.Background(), testSub(srv.URL+c.path), testJob(), time.Now())
+			if got := out.Response != "" && strings.Contains(out.ResponseHeaders, "X-Answer: yes"); got != c.kept {
+				t.Errorf("keep %v, %s: answer kept %v (%q, %q), want %v", keep, c.path, got, out.Response, out.ResponseHeaders, c.kept)
+			}
+		}
+		if n := conns.Load() - before; n != 1 {
+			t.Errorf("keep %v: three sends took %d connections, want one reused", keep, n)
+		}
+		s.CloseIdleConnections()
 	}
 }

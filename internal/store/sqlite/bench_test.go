@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -113,14 +114,23 @@ func BenchmarkDeliveryRecordResults(b *testing.B) {
 }
 
 // BenchmarkLifecycle measures what the store spends per delivery in the
-// fanout-10 steady state: each op commits one ingest batch (10 events × 10
-// subscriptions) and the first-try successes of the batch before it, which
-// are written beside it, as under load (so they ride in an ingest commit).
-// cpu-µs/delivery is the process's CPU time, fsync waits left out.
+// steady state at fanout 10 and 1: each op commits one ingest batch (10
+// events, each to every subscription) and the first-try successes of the
+// batch before it, which are written beside it, as under load (so they
+// ride in an ingest commit). cpu-µs/delivery is the process's CPU time,
+// fsync waits left out; wal-pages/delivery counts the pages the commits
+// wrote (WAL frames, checkpoints held off for the run): what a delivery
+// costs in B-tree pages, steady where the timings are not.
 func BenchmarkLifecycle(b *testing.B) {
-	const events, fanout = 10, 10
+	for _, fanout := range []int{10, 1} {
+		b.Run(fmt.Sprintf("fanout=%d", fanout), func(b *testing.B) { benchLifecycle(b, 10, fanout) })
+	}
+}
+
+func benchLifecycle(b *testing.B, events, fanout int) {
 	ctx := b.Context()
 	s, subs := benchStore(b, fanout)
+	wal := walFrames(b, s)
 	payload := []byte(`{"amount":1234,"currency":"eur","customer":"cus_0123456789","description":"a typical small webhook payload"}`)
 	var prev []store.AttemptResult
 	var pending chan error // the result write of the op before
@@ -170,6 +180,36 @@ func BenchmarkLifecycle(b *testing.B) {
 	n := float64(b.N * events * fanout)
 	b.ReportMetric(b.Elapsed().Seconds()*1e6/n, "µs/delivery")
 	b.ReportMetric((cpuTime()-cpu0).Seconds()*1e6/n, "cpu-µs/delivery")
+	b.ReportMetric(float64(wal())/n, "wal-pages/delivery")
+}
+
+// walFrames holds s's checkpoints off and returns a count of the WAL
+// frames (pages) written since.
+func walFrames(b *testing.B, s *Store) func() int64 {
+	ctx := b.Context()
+	var path string
+	if err := s.w.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path); err != nil {
+		b.Fatal(err)
+	}
+	var pageSize int64
+	if err := s.w.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_autocheckpoint = 0`); err != nil {
+		b.Fatal(err)
+	}
+	var busy, frames, done int
+	if err := s.w.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &frames, &done); err != nil || busy != 0 {
+		b.Fatalf("checkpoint: busy %d, %v", busy, err)
+	}
+	return func() int64 {
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			b.Fatal(err)
+		}
+		const walHeader, frameHeader = 32, 24
+		return (fi.Size() - walHeader) / (pageSize + frameHeader)
+	}
 }
 
 // cpuTime is the process's user+system CPU time so far.

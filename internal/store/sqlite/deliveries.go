@@ -57,10 +57,12 @@ type extraScanner struct {
 
 func (e extraScanner) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.extra...)...) }
 
-func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
-	limit := store.PageLimit(p.Limit)
-	// Walks the (subscription_id, id) index backwards; IDs sort by creation.
-	q := `SELECT ` + deliveryColumns + ` FROM deliveries WHERE subscription_id = ?`
+// deliveryListQuery builds DeliveryList's query; tests check its plan.
+func deliveryListQuery(p store.DeliveryListParams, limit int) (string, []any) {
+	// Walks deliveries_subscription_created backwards, by (created_at, id);
+	// a cursor is the last row's ID, placed by its own created_at (a row
+	// retention removed leaves nothing older to list).
+	q := `SELECT ` + deliveryColumns + ` FROM deliveries INDEXED BY deliveries_subscription_created WHERE subscription_id = ?`
 	args := []any{p.SubscriptionID}
 	if p.TenantID != "" {
 		q += ` AND tenant_id = ?`
@@ -83,11 +85,16 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 		args = append(args, ns(p.Until))
 	}
 	if p.Cursor != "" {
-		q += ` AND id < ?`
+		q += ` AND (created_at, id) < (SELECT created_at, id FROM deliveries WHERE id = ?)`
 		args = append(args, p.Cursor)
 	}
-	q += ` ORDER BY id DESC LIMIT ?`
-	args = append(args, limit+1)
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	return q, append(args, limit+1)
+}
+
+func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
+	limit := store.PageLimit(p.Limit)
+	q, args := deliveryListQuery(p, limit)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return store.Page[core.Delivery]{}, mapErr(err)

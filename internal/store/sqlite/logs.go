@@ -177,8 +177,16 @@ func timeRange(q string, args []any, prefix string, keys []string, since, until 
 	return q, args, nil
 }
 
-// DeliveryCount walks the subscription's deliveries as a bulk replay
-// does (deliveries_subscription), stopping at Max.
+// deliveryCountSQL counts up to ?7 of a live subscription's deliveries in a
+// time range, as a bulk replay walks them (deliveries_subscription_created).
+const deliveryCountSQL = `SELECT (SELECT count(*) FROM (SELECT 1 FROM deliveries INDEXED BY deliveries_subscription_created
+		WHERE subscription_id = s.id AND state IN (SELECT value FROM json_each(?3))
+		AND created_at >= ?4 AND (?5 = 0 OR created_at < ?5)
+		AND (json_array_length(?6) = 0 OR event_type IN (SELECT value FROM json_each(?6)))
+		LIMIT ?7))
+		FROM subscriptions s WHERE s.id = ?1 AND s.deleted_at IS NULL AND (?2 = '' OR s.tenant_id = ?2)`
+
+// DeliveryCount counts, stopping at Max.
 func (s *Store) DeliveryCount(ctx context.Context, p store.DeliveryCountParams) (int, error) {
 	states, err := json.Marshal(p.States)
 	if err != nil {
@@ -193,12 +201,7 @@ func (s *Store) DeliveryCount(ctx context.Context, p store.DeliveryCountParams) 
 		return 0, err
 	}
 	var n int
-	err = s.r.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM (SELECT 1 FROM deliveries INDEXED BY deliveries_subscription
-			WHERE subscription_id = s.id AND state IN (SELECT value FROM json_each(?3))
-			AND created_at >= ?4 AND (?5 = 0 OR created_at < ?5)
-			AND (json_array_length(?6) = 0 OR event_type IN (SELECT value FROM json_each(?6)))
-			LIMIT ?7))
-		FROM subscriptions s WHERE s.id = ?1 AND s.deleted_at IS NULL AND (?2 = '' OR s.tenant_id = ?2)`,
+	err = s.r.QueryRowContext(ctx, deliveryCountSQL,
 		p.SubscriptionID, p.TenantID, string(states), ns(p.Since), ns(p.Until), string(et), p.Max).Scan(&n)
 	if err != nil {
 		return 0, mapErr(err)

@@ -156,6 +156,14 @@ func (s *Store) ReplayJobCancel(ctx context.Context, tenantID, id string, now ti
 	return j, nil
 }
 
+// replayStepSQL is a job's next batch: its subscription's deliveries after
+// the cursor's (created_at, id), in its window, states and types.
+const replayStepSQL = `SELECT id FROM deliveries INDEXED BY deliveries_subscription_created
+	WHERE subscription_id = ?1 AND (created_at, id) > (?8, ?2) AND state IN (SELECT value FROM json_each(?7))
+	AND created_at >= ?3 AND (?4 = 0 OR created_at < ?4)
+	AND (json_array_length(?5) = 0 OR event_type IN (SELECT value FROM json_each(?5)))
+	ORDER BY created_at, id LIMIT ?6`
+
 func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now time.Time) (core.ReplayJob, []string, error) {
 	var j core.ReplayJob
 	var ids []string
@@ -177,12 +185,20 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			return err
 		}
 		if !deleted.Valid {
-			ids, err = queryStrings(ctx, tx, `SELECT id FROM deliveries INDEXED BY deliveries_subscription
-				WHERE subscription_id = ?1 AND id > ?2 AND state IN (SELECT value FROM json_each(?7))
-				AND created_at >= ?3 AND (?4 = 0 OR created_at < ?4)
-				AND (json_array_length(?5) = 0 OR event_type IN (SELECT value FROM json_each(?5)))
-				ORDER BY id LIMIT ?6`, j.SubscriptionID, j.Cursor, ns(j.Since), ns(j.Until), jsonList(j.EventTypes), limit,
-				jsonList(j.States))
+			// The walk is by (created_at, id) from the cursor, the last ID
+			// put back; one retention removed meanwhile had nothing older
+			// left, so the walk starts at Since again.
+			from := ns(j.Since)
+			if j.Cursor != "" {
+				err := tx.QueryRowContext(ctx, `SELECT created_at FROM deliveries WHERE id = ?`, j.Cursor).Scan(&from)
+				if errors.Is(err, sql.ErrNoRows) {
+					from, j.Cursor = ns(j.Since), ""
+				} else if err != nil {
+					return err
+				}
+			}
+			ids, err = queryStrings(ctx, tx, replayStepSQL, j.SubscriptionID, j.Cursor, ns(j.Since), ns(j.Until), jsonList(j.EventTypes), limit,
+				jsonList(j.States), from)
 			if err != nil {
 				return err
 			}

@@ -386,21 +386,7 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 		"failing":     {"subscriptions_failing", func() (string, []any) { return subscriptionListQuery(true), []any{"", "", "", 10} }},
 	} {
 		q, args := c.q()
-		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		p := strings.Join(plan, "\n")
+		p := plan(t, s, q, args)
 		// An event's deliveries are put in order among themselves (a sort
 		// of its fan-out, "FOR LAST TERM"), never the whole log.
 		sorts := strings.ReplaceAll(p, "USE TEMP B-TREE FOR LAST TERM OF ORDER BY", "")
@@ -410,6 +396,59 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 			t.Errorf("%s: want %s, no scan, no sort of the log; plan:\n%s", name, c.index, p)
 		}
 	}
+}
+
+// A subscription's deliveries are walked in deliveries_subscription_created
+// order, by (created_at, id): a seek to the subscription, its time range or
+// its cursor, never a scan of the table and never a sort.
+func TestSubscriptionWalksUseTheCreatedIndex(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	now := ns(time.Now())
+	type query struct {
+		q    string
+		args []any
+	}
+	list := func(p store.DeliveryListParams) query {
+		p.SubscriptionID = "sub_x"
+		q, args := deliveryListQuery(p, 10)
+		return query{q, args}
+	}
+	for name, c := range map[string]query{
+		"list":           list(store.DeliveryListParams{}),
+		"list a page":    list(store.DeliveryListParams{Cursor: "dlv_x", State: "failed"}),
+		"list a range":   list(store.DeliveryListParams{Since: time.Now(), Until: time.Now(), EventType: "a.b"}),
+		"count":          {deliveryCountSQL, []any{"sub_x", "", `["failed"]`, now, 0, `[]`, 10}},
+		"a replay step":  {replayStepSQL, []any{"sub_x", "dlv_x", now, 0, `[]`, 10, `["failed"]`, now}},
+		"a move's batch": {moveBatchSQL, []any{"sub_x", now, "dlv_x", 10}},
+		"a move":         {moveSQL, []any{"h:1", 1, "sub_x", now, "dlv_x", now, "dlv_y"}},
+	} {
+		p := plan(t, s, c.q, c.args)
+		if !strings.Contains(p, "deliveries_subscription_created (subscription_id=?") ||
+			strings.Contains(p, "TEMP B-TREE") || strings.Contains(p, "SCAN deliveries") {
+			t.Errorf("%s: want a seek in deliveries_subscription_created, no scan, no sort; plan:\n%s", name, p)
+		}
+	}
+}
+
+// plan is the query plan SQLite chooses for q.
+func plan(t *testing.T, s *Store, q string, args []any) string {
+	t.Helper()
+	rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatalf("%v: %.60s", err, q)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, detail)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Anyone may try a portal token, unauthenticated: one that names no live

@@ -282,6 +282,16 @@ const (
 	movePending                   // a live one's move to its current host
 )
 
+// A move walks a subscription's deliveries a batch at a time by
+// (created_at, id), which never change, and moves the pending ones of each.
+const (
+	moveBatchSQL = `SELECT created_at, id FROM deliveries INDEXED BY deliveries_subscription_created
+		WHERE subscription_id = ?1 AND (created_at, id) > (?2, ?3) ORDER BY created_at, id LIMIT ?4`
+	moveSQL = `UPDATE deliveries INDEXED BY deliveries_subscription_created SET host = ?1, shard = ?2
+		WHERE subscription_id = ?3 AND (created_at, id) > (?4, ?5) AND (created_at, id) <= (?6, ?7)
+		AND state = 'pending' AND host <> ?1`
+)
+
 // followUp brings a subscription's pending deliveries in line with its row
 // once that has committed, in transactions of followBatch: skipped (not
 // sent, still replayable) once it is disabled or deleted, or moved to its
@@ -294,10 +304,13 @@ const (
 func (s *Store) followUp(ctx context.Context, subID string, now time.Time, work followWork) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-	after := "" // moves walk the subscription's deliveries by ID: moved ones stay pending
+	var after struct { // where a move's walk is
+		created int64
+		id      string
+	}
 	for {
 		var n int64
-		var next string // after, once the batch is committed (fn may run twice)
+		next := after // after, once the batch is committed (fn may run twice)
 		err := s.writeTx(ctx, func(tx *sql.Tx) error {
 			var host, state string
 			var deleted bool
@@ -325,18 +338,24 @@ func (s *Store) followUp(ctx context.Context, subID string, now time.Time, work 
 				n, err = res.RowsAffected()
 				return err
 			}
-			// The batch is the next followBatch deliveries by ID, moved or
-			// not, so the walk ends however many there are.
-			var last sql.NullString
-			err = tx.QueryRowContext(ctx, `SELECT max(id), count(*) FROM (SELECT id FROM deliveries INDEXED BY deliveries_subscription
-				WHERE subscription_id = ? AND id > ? ORDER BY id LIMIT ?)`, subID, after, followBatch).Scan(&last, &n)
-			if err != nil || !last.Valid {
+			// The batch is the next followBatch deliveries, moved or not, so
+			// the walk ends however many there are.
+			rows, err := tx.QueryContext(ctx, moveBatchSQL,
+				subID, after.created, after.id, followBatch)
+			if err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, `UPDATE deliveries SET host = ?, shard = ?
-				WHERE subscription_id = ? AND id > ? AND id <= ? AND state = 'pending' AND host <> ?`,
-				host, core.ShardOf(host), subID, after, last.String, host)
-			next = last.String
+			defer rows.Close()
+			for n = 0; rows.Next(); n++ {
+				if err := rows.Scan(&next.created, &next.id); err != nil {
+					return err
+				}
+			}
+			if err := rows.Err(); err != nil || n == 0 {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, moveSQL,
+				host, core.ShardOf(host), subID, after.created, after.id, next.created, next.id)
 			return err
 		})
 		if err != nil || n < followBatch {

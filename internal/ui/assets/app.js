@@ -982,6 +982,10 @@ async function logView(params) {
 
 // ---- One delivery, one event, one replay job ----
 
+function successNotKept(a) {
+  return a.status_code >= 200 && a.status_code < 300 && !a.response && !Object.keys(a.response_headers || {}).length;
+}
+
 async function deliveryView(id) {
   const d = await api('GET', '/deliveries/' + encodeURIComponent(id));
   // A pending delivery due in the past waits on something: health says what.
@@ -1000,7 +1004,10 @@ async function deliveryView(id) {
       ['Answer', a.status_code ? httpStatus(a.status_code) : ['No answer: ', a.error]],
       Object.keys(a.response_headers || {}).length ? ['Headers', el('pre', {class: 'headers'},
         Object.entries(a.response_headers).map(([k, v]) => k + ': ' + v).join('\n'))] : null,
-      ['Body (first KiB)', el('pre', {class: 'response'}, a.response || '')],
+      // Every HTTP answer has headers: a success with none is one whose
+      // answer hookd did not keep (serve --keep-success-response).
+      successNotKept(a) ? ['Body', el('span', {class: 'muted'}, 'not kept for a success')]
+        : ['Body (first KiB)', el('pre', {class: 'response'}, a.response || '')],
     ])));
   main.replaceChildren(
     el('p', {class: 'crumbs'}, link('#/subscriptions/' + encodeURIComponent(d.subscription_id), '← Endpoint')),
