@@ -493,7 +493,12 @@ func TestDashboardFixEndpointFromTheList(t *testing.T) {
 	acme := e.tenantKey("acme")
 	ok, fixed := testenv.NewReceiver(t), testenv.NewReceiver(t)
 	e.subscribe(acme, ok.URL, []string{"order.*"}, nil)
-	broken, _ := e.subscribe(acme, closedPort(t), []string{"order.*"}, nil)
+	// Retried every 2 s for half a minute: a waiting delivery keeps its
+	// retry time when the URL is fixed, and on a loaded machine the
+	// default's second try (5 s) can come before the fix, its third a
+	// minute later. 16 tries stay under the breaker's volume of 20.
+	every2s := slices.Repeat([]string{"2s"}, 15)
+	broken, _ := e.subscribe(acme, closedPort(t), []string{"order.*"}, map[string]any{"retry_schedule": every2s})
 	e.post(acme, "order.created", map[string]any{"n": 1})
 	waitFailing(t, acme, broken)
 
