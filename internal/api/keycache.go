@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hookd/internal/outage"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,9 @@ type KeyCache struct {
 	store store.Store
 	log   *slog.Logger
 	now   func() time.Time
+	// Outage is told of a last-use write failed in an outage, which it
+	// logs once for the node (nil: each is logged). Set before Start.
+	Outage *outage.Tracker
 
 	mu   sync.Mutex
 	keys map[string]cachedKey // by hash: live keys as read from the store
@@ -153,7 +157,7 @@ func (c *KeyCache) Start() {
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				if err := c.Flush(ctx); err != nil {
-					c.log.Warn("recording API key use", "err", err)
+					c.Outage.Report(c.log, "recording API key use", err)
 				}
 				cancel()
 			}

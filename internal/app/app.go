@@ -199,11 +199,11 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	})
 	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
 	shedCfg := cfg.Shed
-	shedCfg.Log = cfg.Log
+	shedCfg.Log, shedCfg.Outage = cfg.Log, a.outage
 	a.shed = shed.New(shedCfg)
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed),
 		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
-	a.life = lifecycle.New(lifecycle.Config{Store: st, Subs: a.subsvc, Ingest: a.ingest, Log: cfg.Log,
+	a.life = lifecycle.New(lifecycle.Config{Store: st, Subs: a.subsvc, Ingest: a.ingest, Log: cfg.Log, Outage: a.outage,
 		Owns:         func(host string) bool { return a.dispatch.OwnsShard(core.ShardOf(host)) },
 		DisableAfter: cfg.DisableAfter})
 	if err := a.dispatch.Start(ctx); err != nil {
@@ -214,6 +214,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.life.Start()
 	a.keys = api.NewKeyCache(st, cfg.Log)
+	a.keys.Outage = a.outage
 	a.keys.Start()
 	if shared {
 		a.cluster = startCluster(st, a.subsvc, a.dispatch, cfg.Log, a.outage, a.keys)
@@ -232,7 +233,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.replays.Start()
 	if cfg.Retention > 0 {
-		a.purger = retention.Start(st, cfg.Retention, cfg.Log)
+		a.purger = retention.Start(st, cfg.Retention, cfg.Log, a.outage)
 	}
 	handler := api.New(api.Config{
 		Store: st, Subs: a.subsvc, Ingest: a.ingest, Dispatch: a.dispatch, Replays: a.replays, Guard: guard,

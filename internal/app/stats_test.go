@@ -203,7 +203,7 @@ func TestStatsCountWhatWasPostedBeforeAndAfterRetention(t *testing.T) {
 
 	// A retention pass removes every event (all finished), with their
 	// attempts: the counts stay, the latency goes.
-	p := retention.Start(e.app.store, time.Nanosecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := retention.Start(e.app.store, time.Nanosecond, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	for id := range created {
 		testenv.Eventually(t, 10*time.Second, "event "+id+" removed", func() bool {
 			st, _ := e.admin.Do("GET", "/v1/events/"+id, nil)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hookd/internal/outage"
 	"log/slog"
 	"sync"
 	"time"
@@ -65,6 +66,9 @@ type Config struct {
 	// DisableAfter: 0 never disables.
 	DisableAfter time.Duration
 	Log          *slog.Logger
+	// Outage is told of store calls failed in an outage, which it logs
+	// once for the node (nil: every failure is logged).
+	Outage *outage.Tracker
 }
 
 // Lifecycle runs one scan a minute (recoveries, auto-disable) and sends
@@ -325,7 +329,7 @@ func (l *Lifecycle) emit(ctx context.Context, tenant, typ, about string, payload
 
 func (l *Lifecycle) logErr(what, subID string, err error) {
 	if err != nil {
-		l.cfg.Log.Error(what, "subscription", subID, "err", err)
+		l.cfg.Outage.Report(l.cfg.Log, what, err, "subscription", subID)
 	}
 }
 

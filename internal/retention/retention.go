@@ -5,6 +5,7 @@ package retention
 
 import (
 	"context"
+	"hookd/internal/outage"
 	"log/slog"
 	"time"
 
@@ -24,16 +25,18 @@ type Purger struct {
 	st     store.Store
 	keep   time.Duration
 	log    *slog.Logger
+	outage *outage.Tracker // nil: every failed pass is logged
 	ctx    context.Context // cancelled by Stop: a batch in progress ends too
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // Start runs a pass now and every Every after, removing what is older than
-// keep.
-func Start(st store.Store, keep time.Duration, log *slog.Logger) *Purger {
+// keep. A pass the store fails in an outage is told to out, which logs the
+// outage once for the node.
+func Start(st store.Store, keep time.Duration, log *slog.Logger, out *outage.Tracker) *Purger {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Purger{st: st, keep: keep, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	p := &Purger{st: st, keep: keep, log: log, outage: out, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go p.loop()
 	return p
 }
@@ -70,7 +73,7 @@ func (p *Purger) pass() {
 		cancel()
 		if err != nil {
 			if p.ctx.Err() == nil {
-				p.log.Error("retention: removing old events", "err", err, "removed", removed)
+				p.outage.Report(p.log, "retention: removing old events", err, "removed", removed)
 			}
 			return
 		}

@@ -65,7 +65,7 @@ func TestPassesRemoveBatchesUntilShortHourly(t *testing.T) {
 		f := &fakeStore{answers: []int{batch, batch, 3}}
 		keep := 30 * 24 * time.Hour
 		start := time.Now()
-		p := Start(f, keep, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		p := Start(f, keep, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		synctest.Wait()
 		got := f.calls()
 		if len(got) != 3 {

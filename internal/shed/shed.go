@@ -11,6 +11,7 @@ package shed
 
 import (
 	"context"
+	"hookd/internal/outage"
 	"log/slog"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type Config struct {
 	Window    time.Duration // how long a backlog must not shrink (default DefaultWindow)
 	Every     time.Duration // how often the counts are read (default DefaultEvery)
 	Log       *slog.Logger
+	// Outage is told of a reading the store failed in an outage, which it
+	// logs once for the node (nil: every failure is logged).
+	Outage *outage.Tracker
 }
 
 // Shedder holds the decision per subscription; Shedding is safe to call
@@ -168,7 +172,7 @@ func (s *Shedder) Start(c Counter, active func(subID string) bool) {
 			counts, err := c.DeliveryPendingCounts(ctx, int(float64(s.cfg.Threshold)*Resume)+1)
 			cancel()
 			if err != nil {
-				s.cfg.Log.Error("counting backlogs for shedding", "err", err) // decisions stand until the next reading
+				s.cfg.Outage.Report(s.cfg.Log, "counting backlogs for shedding", err) // decisions stand until the next reading
 			} else {
 				s.observe(time.Now(), counts)
 			}
