@@ -99,6 +99,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 // errorFor is the table: the answer to err (headers such as Retry-After
 // set on w), whichever API writes it.
 func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, err error) *apiError {
+	// A driver's error a store method passed on unmapped is still an
+	// outage when the backend says so: 503/507, not 500.
+	if s.Store != nil {
+		err = s.Store.HealthOutage(err)
+	}
 	var ae *apiError
 	var fe *core.FieldError
 	switch {
