@@ -256,16 +256,19 @@ func blockedErr(ip netip.Addr, reason string) error {
 // because Control checks whatever they resolve to at every dial. An address
 // a host:port rule names passes too: its port is checked when dialled.
 func (g *Guard) CheckHost(hostname string) error {
-	h := strings.TrimSuffix(strings.TrimPrefix(hostname, "["), "]")
-	ip, err := netip.ParseAddr(h)
-	if err != nil {
-		var ok bool
-		if ip, ok = parseInetAton(strings.TrimSuffix(h, ".")); !ok {
-			return nil
+	// Judged as given and without brackets: "::0%]" is :: with the zone
+	// "]" to a parser that takes it whole, and nothing once trimmed.
+	for _, h := range []string{hostname, strings.TrimSuffix(strings.TrimPrefix(hostname, "["), "]")} {
+		ip, err := netip.ParseAddr(h)
+		if err != nil {
+			var ok bool
+			if ip, ok = parseInetAton(strings.TrimSuffix(h, ".")); !ok {
+				continue
+			}
 		}
-	}
-	if r := g.reason(ip); r != "" && !g.addrRule(ip) {
-		return blockedErr(ip, r)
+		if r := g.reason(ip); r != "" && !g.addrRule(ip) {
+			return blockedErr(ip, r)
+		}
 	}
 	return nil
 }
