@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -63,6 +64,11 @@ func validateEvent(ev core.Event) error {
 	}
 	if len(ev.IdempotencyKey) > 255 {
 		return errInvalid("idempotency_key", "must be at most 255 characters")
+	}
+	// hookd's own events are made once by their key; a tenant's event
+	// under one would keep hookd's from being written.
+	if strings.HasPrefix(ev.IdempotencyKey, core.ReservedPrefix) {
+		return errInvalid("idempotency_key", "keys starting with "+core.ReservedPrefix+" are hookd's own events' and cannot be posted")
 	}
 	if len(ev.OrderingKey) > 255 {
 		return errInvalid("ordering_key", "must be at most 255 characters")

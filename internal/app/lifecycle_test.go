@@ -101,6 +101,13 @@ func TestOperationalEventsReachOnlyWhoNamesThem(t *testing.T) {
 	if st, body := e.admin.Do("POST", "/v1/events", map[string]any{"type": "hookd.subscription.disabled", "payload": map[string]any{}}); st != 422 {
 		t.Errorf("a tenant posting a hookd type: %d %v, want 422", st, body)
 	}
+	// Nor under the key an operational event is made once by, which would
+	// keep hookd's own event from being written.
+	key := "hookd.subscription.disabled:" + subA + ":2026-01-01T00:00:00Z"
+	if st, body := e.admin.Do("POST", "/v1/events", map[string]any{"type": "order.created", "payload": map[string]any{}, "idempotency_key": key}); st != 422 ||
+		!strings.Contains(body["error"].(map[string]any)["message"].(string), "idempotency_key") {
+		t.Errorf("a tenant posting under a hookd key: %d %v, want 422 naming idempotency_key", st, body)
+	}
 }
 
 // A bulk replay that finishes tells the tenant's hookd.* endpoint, not the
