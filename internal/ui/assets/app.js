@@ -756,6 +756,9 @@ function statsPath(p, granularity) {
 // API: the last hour a minute each (already read, for the banner), 24
 // hours, or 30 UTC days.
 async function drawHistory(box, p, lastHour) {
+  // A draw still reading when another starts (a click on a period) must
+  // not add its chart beside the newer one.
+  const draw = (box.draws = (box.draws || 0) + 1);
   const choice = localStorage.getItem('hookd.chart') || 'hour';
   const pick = el('div', {class: 'segmented', role: 'group', 'aria-label': 'Period'},
     [['minute', 'Last hour'], ['hour', 'Last 24 h'], ['day', 'Last 30 days']].map(([g, label]) =>
@@ -765,6 +768,7 @@ async function drawHistory(box, p, lastHour) {
   const path = choice === 'minute' && lastHour ? lastHour.path : statsPath(p, choice);
   try {
     const st = choice === 'minute' && lastHour ? lastHour.st : await api('GET', path);
+    if (box.draws !== draw) return;
     const fmt = choice === 'day' ? utcDay : clock;
     const chart = barChart(st.data, {minute: 'Deliveries in the last hour, a minute each', hour: 'Deliveries by hour',
       day: 'Deliveries by UTC day'}[choice], fmt);
@@ -772,7 +776,7 @@ async function drawHistory(box, p, lastHour) {
     box.append(chart, el('p', {class: 'muted small'}, 'Deliveries by when they were created, in their state now' +
       (choice === 'day' ? '; days are UTC days.' : '.')));
   } catch (e) {
-    if (e.status === 401) return;
+    if (e.status === 401 || box.draws !== draw) return;
     box.append(el('p', {class: 'empty', id: 'no-stats'}, 'History could not be read: ' + e.message));
   }
 }
