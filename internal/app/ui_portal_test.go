@@ -917,20 +917,7 @@ func TestDashboardDeliveryPage(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
 	e := start(t, true)
-	rc := testenv.NewReceiver(t)
-	rc.Respond = func(n int, w http.ResponseWriter, _ *http.Request) {
-		if n == 0 {
-			w.Header().Set("X-Why", "busy")
-			w.WriteHeader(http.StatusBadRequest)
-			w.Write([]byte("try later"))
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}
-	const credential = "secret-credential-value"
-	e.subscribe(e.admin, rc.URL, []string{"*"}, map[string]any{"headers": map[string]string{"X-Api-Key": credential}})
-	dlv := e.onlyDelivery(e.post(e.admin, "order.created", map[string]any{"note": "<b>é</b>"}))
-	e.waitDelivery(dlv, "failed", 10*time.Second)
+	rc, dlv := e.failedOnce(t)
 	sent := rc.Requests()[0]
 
 	signInAs(t, ctx, e.base, adminToken)

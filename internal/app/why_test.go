@@ -297,12 +297,13 @@ func reversed(xs []string) []string {
 	return out
 }
 
-// A delivery shows what was sent (headers with signatures cut short, the
-// endpoint's credentials redacted, the body byte for byte) and what came
-// back (status, headers, body head), and marks a replay.
-func TestDeliveryShowsRequestAndAnswer(t *testing.T) {
-	t.Parallel()
-	e := start(t, true)
+// credential is the endpoint header failedOnce's subscription carries.
+const credential = "secret-credential-value"
+
+// failedOnce subscribes a receiver, with an X-Api-Key credential, that
+// answers its first request 400 "try later" (and an X-Why header) and
+// every later one 204, posts one event and waits for its delivery to fail.
+func (e *env) failedOnce(t *testing.T) (*testenv.Receiver, string) {
 	rc := testenv.NewReceiver(t)
 	rc.Respond = func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n == 0 {
@@ -313,10 +314,19 @@ func TestDeliveryShowsRequestAndAnswer(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}
-	const credential = "secret-credential-value"
 	e.subscribe(e.admin, rc.URL, []string{"*"}, map[string]any{"headers": map[string]string{"X-Api-Key": credential}})
 	dlv := e.onlyDelivery(e.post(e.admin, "order.created", map[string]any{"note": "<b>é</b>"}))
 	e.waitDelivery(dlv, "failed", 10*time.Second)
+	return rc, dlv
+}
+
+// A delivery shows what was sent (headers with signatures cut short, the
+// endpoint's credentials redacted, the body byte for byte) and what came
+// back (status, headers, body head), and marks a replay.
+func TestDeliveryShowsRequestAndAnswer(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc, dlv := e.failedOnce(t)
 
 	st, raw := e.admin.Do("GET", "/v1/deliveries/"+dlv, nil)
 	if st != http.StatusOK {
