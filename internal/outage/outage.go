@@ -9,9 +9,12 @@
 // under ingest still 373 from the background, and nothing when it came
 // back.
 //
-// It ends only when a write commits again: while it lasts a prober tries
-// one (store.HealthWrite) every Probe, so readiness comes back without a
-// request and without a restart. While all is well the prober pings the
+// It ends only when a write commits again with no call failed for a Probe
+// interval: while it lasts a prober tries one (store.HealthWrite) every
+// Probe, so readiness comes back without a request and without a restart;
+// a probe that finds a connection not yet cut, a moment after the first
+// failure, does not end it (a cut PostgreSQL once logged an outage begun,
+// ended 3 ms later, and begun again). While all is well the prober pings the
 // store (a read) every Ping, so an idle node notices an unreachable
 // database too; and when no write was seen committing for Write it tries a
 // write instead, so an idle node notices a full disk or a database that
@@ -86,6 +89,7 @@ type Tracker struct {
 	logged   time.Time // when it was last logged
 	failures int       // failed calls since it was last logged
 	total    int       // failed calls in this outage
+	failed   time.Time // when a call last failed
 	wrote    time.Time // when a write was last seen committing
 
 	wake chan struct{} // a failure starts probing now
@@ -138,7 +142,7 @@ func (t *Tracker) Fail(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	t.err = err
+	t.err, t.failed = err, now
 	if !t.down {
 		t.down, t.since, t.logged, t.failures, t.total = true, now, now, 0, 1
 		t.cfg.Log.Error("store outage began", "kind", Kind(err), "err", err)
@@ -187,12 +191,13 @@ func (t *Tracker) Committed() {
 	t.wrote = t.now()
 }
 
-// recovered ends an outage: a write committed.
+// recovered ends an outage: a write committed, and no call has failed
+// for a Probe interval.
 func (t *Tracker) recovered() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.wrote = t.now()
-	if !t.down {
+	if !t.down || t.now().Sub(t.failed) < t.cfg.Probe {
 		return
 	}
 	t.cfg.Log.Info("store outage ended", "kind", Kind(t.err), "lasted", t.now().Sub(t.since).Round(time.Millisecond),

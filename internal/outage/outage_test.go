@@ -172,6 +172,37 @@ func TestIdleNodeNoticesAndRecovers(t *testing.T) {
 	})
 }
 
+// TestFirstProbeOnAnUncutConnectionEndsNothing: the first failure wakes
+// the prober at once, and its write may go over a connection the outage
+// has not cut yet. That does not end the outage: calls keep failing for
+// three seconds, and one outage is logged, which ends once a probe commits
+// with no call failed for a probe interval.
+func TestFirstProbeOnAnUncutConnectionEndsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuffer
+		st := &fakeStore{} // its probe writes commit throughout
+		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
+		tr.Start()
+		defer tr.Stop()
+		for range 30 { // the callers' connections are cut
+			tr.Fail(errDown)
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		if _, writes := st.counts(); writes < 3 || tr.Err() == nil {
+			t.Fatalf("%d probe writes committed while calls failed; Err %v, want the outage to last", writes, tr.Err())
+		}
+		time.Sleep(DefaultProbe)
+		synctest.Wait()
+		if err := tr.Err(); err != nil {
+			t.Fatalf("a probe interval after the last failure: Err %v", err)
+		}
+		if b, e := logs.lines("store outage began"), logs.lines("store outage ended"); len(b) != 1 || len(e) != 1 {
+			t.Errorf("began %q, ended %q: want one of each", b, e)
+		}
+	})
+}
+
 // TestIdleNodeWritesToNoticeAFullDisk: a store that still reads but no
 // longer writes (a full disk) is noticed by a probe write once no write
 // was seen committing for Write; while writes are seen committing the
