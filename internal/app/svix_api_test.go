@@ -286,6 +286,13 @@ func TestSvixChosenSecretSignsDeliveries(t *testing.T) {
 	}
 }
 
+// svixEndpoint makes application uid through the Svix API, with one
+// endpoint to url, and returns the endpoint's ID.
+func (e *env) svixEndpoint(uid, url string) string {
+	e.admin.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": uid, "uid": uid})
+	return e.admin.Must(http.StatusCreated, "POST", "/api/v1/app/"+uid+"/endpoint", map[string]any{"url": url})["id"].(string)
+}
+
 // A repeated eventId, or a repeated idempotency-key header, answers the
 // first message and writes nothing: 200 for eventId (as /v1), 202 for the
 // header (Svix answers a repeat with its first answer).
@@ -294,8 +301,7 @@ func TestSvixRepeatedMessageAnswersTheFirst(t *testing.T) {
 	e := start(t, true)
 	rc := testenv.NewReceiver(t)
 	a := e.admin
-	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Idem", "uid": "idem"})
-	a.Must(http.StatusCreated, "POST", "/api/v1/app/idem/endpoint", map[string]any{"url": rc.URL})
+	e.svixEndpoint("idem", rc.URL)
 	msg := func(marker string) map[string]any {
 		return map[string]any{"eventType": "order.created", "payload": map[string]any{"marker": marker}}
 	}
@@ -346,8 +352,7 @@ func TestSvixMessageListFilters(t *testing.T) {
 	e := start(t, true)
 	rc := testenv.NewReceiver(t)
 	a := e.admin
-	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Filters", "uid": "flt"})
-	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/flt/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	ep := e.svixEndpoint("flt", rc.URL)
 	var ids []string
 	var times []time.Time
 	for _, typ := range []string{"a.one", "a.two", "a.one"} {
@@ -402,8 +407,7 @@ func TestSvixAttemptsByMessageForOneEndpoint(t *testing.T) {
 	e := start(t, true)
 	rc1, rc2 := testenv.NewReceiver(t), testenv.NewReceiver(t)
 	a := e.admin
-	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Two", "uid": "two"})
-	ep1 := a.Must(http.StatusCreated, "POST", "/api/v1/app/two/endpoint", map[string]any{"url": rc1.URL})["id"].(string)
+	ep1 := e.svixEndpoint("two", rc1.URL)
 	ep2 := a.Must(http.StatusCreated, "POST", "/api/v1/app/two/endpoint", map[string]any{"url": rc2.URL, "uid": "second"})["id"].(string)
 	msg := a.Must(http.StatusAccepted, "POST", "/api/v1/app/two/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}})["id"].(string)
 	attempts := func(query string) []map[string]any {
@@ -431,8 +435,7 @@ func TestSvixResendRedelivers(t *testing.T) {
 	e := start(t, true)
 	rc := testenv.NewReceiver(t)
 	a := e.admin
-	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Again", "uid": "again"})
-	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/again/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	ep := e.svixEndpoint("again", rc.URL)
 	secret := a.Must(http.StatusOK, "GET", "/api/v1/app/again/endpoint/"+ep+"/secret", nil)["key"].(string)
 	msg := a.Must(http.StatusAccepted, "POST", "/api/v1/app/again/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"marker": "resent"}})["id"].(string)
 	testenv.Eventually(t, 10*time.Second, "the first delivery's success", func() bool {
@@ -472,8 +475,7 @@ func TestSvixRecoverUntilReplaysOnlyTheWindow(t *testing.T) {
 	}
 	a := e.admin
 	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
-	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Window", "uid": "win"})
-	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/win/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	ep := e.svixEndpoint("win", rc.URL)
 	failed := func(marker string) map[string]any {
 		m := a.Must(http.StatusAccepted, "POST", "/api/v1/app/win/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"marker": marker}})
 		testenv.Eventually(t, 10*time.Second, marker+" failed", func() bool {

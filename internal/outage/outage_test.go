@@ -86,6 +86,16 @@ func (l *logBuffer) lines(msg string) []string {
 	return out
 }
 
+// started runs a tracker with default timings over a healthy fake store,
+// logging to a buffer, until the test ends.
+func started(t *testing.T) (*Tracker, *fakeStore, *logBuffer) {
+	logs, st := &logBuffer{}, &fakeStore{}
+	tr := New(Config{Log: slog.New(slog.NewTextHandler(logs, nil))}, st)
+	tr.Start()
+	t.Cleanup(tr.Stop)
+	return tr, st, logs
+}
+
 var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable)
 
 // TestOutageLoggedOnceThenEveryRepeatThenEnded: a 65 s outage with a
@@ -94,11 +104,7 @@ var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", stor
 // probe write commits, with its length; readiness follows it.
 func TestOutageLoggedOnceThenEveryRepeatThenEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs logBuffer
-		st := &fakeStore{}
-		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
-		tr.Start()
-		defer tr.Stop()
+		tr, st, logs := started(t)
 
 		time.Sleep(12 * time.Second) // two pings, both fine
 		if pings, writes := st.counts(); tr.Err() != nil || pings != 2 || writes != 0 {
@@ -144,11 +150,7 @@ func TestOutageLoggedOnceThenEveryRepeatThenEnded(t *testing.T) {
 // an unreachable store and the probe notices its return.
 func TestIdleNodeNoticesAndRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs logBuffer
-		st := &fakeStore{}
-		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
-		tr.Start()
-		defer tr.Stop()
+		tr, st, logs := started(t)
 		full := fmt.Errorf("%w: database or disk is full", store.ErrFull)
 		st.set(full)
 		time.Sleep(DefaultPing)
@@ -209,11 +211,7 @@ func TestFirstProbeOnAnUncutConnectionEndsNothing(t *testing.T) {
 // prober only pings.
 func TestIdleNodeWritesToNoticeAFullDisk(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs logBuffer
-		st := &fakeStore{}
-		tr := New(Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, st)
-		tr.Start()
-		defer tr.Stop()
+		tr, st, logs := started(t)
 		for range 12 { // a minute of writes seen committing
 			tr.Committed()
 			time.Sleep(5 * time.Second)

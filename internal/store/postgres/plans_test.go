@@ -54,22 +54,7 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		"all pending": {allPendingQuery, "deliveries_subscription_due", nil},
 		"shard poll":  {shardPendingQuery, "deliveries_shard_due", []any{[]int{core.ShardOf(subs[0].Host), core.ShardOf(subs[1].Host)}}},
 	} {
-		rows, err := s.pool.Query(ctx, "EXPLAIN "+q.sql, q.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		p := strings.Join(plan, "\n")
+		p := explain(t, s, name, q.sql, q.args)
 		if !strings.Contains(p, q.index) || strings.Contains(p, "Seq Scan on deliveries") {
 			t.Errorf("%s: want %s and no scan of deliveries; plan:\n%s", name, q.index, p)
 		}
@@ -118,15 +103,7 @@ func TestStatsQueriesUseIndexes(t *testing.T) {
 			if q == bucketLatencySQL {
 				args = append(args, "0")
 			}
-			rows, err := s.pool.Query(ctx, "EXPLAIN "+bucketSQL(q, p), args...)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			pl := strings.Join(plan, "\n")
+			pl := explain(t, s, name, bucketSQL(q, p), args)
 			if !strings.Contains(pl, "deliveries_subscription_created") || strings.Contains(pl, "Seq Scan on deliveries") ||
 				strings.Contains(pl, "Seq Scan on attempts") || (i == 1 && !strings.Contains(pl, "attempts_pkey")) {
 				t.Errorf("%s, query %d: want deliveries_subscription_created (and attempts_pkey) and no scan of either table; plan:\n%s", name, i, pl)
@@ -206,22 +183,7 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := s.pool.Query(ctx, "EXPLAIN "+q.sql, q.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		p := strings.Join(plan, "\n")
+		p := explain(t, s, name, q.sql, q.args)
 		// An incremental sort of one event's deliveries (its fan-out) is
 		// no sort of the log.
 		if !strings.Contains(p, c.index) || !strings.Contains(p, "Index") || strings.Contains(p, "Seq Scan on deliveries") ||
@@ -229,4 +191,18 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 			t.Errorf("%s: want %s (read in order, unsorted: %v), no scan; plan:\n%s", name, c.index, c.sorted, p)
 		}
 	}
+}
+
+// explain is the plan PostgreSQL chooses for q, one line a node.
+func explain(t *testing.T, s *Store, name, q string, args []any) string {
+	t.Helper()
+	rows, err := s.pool.Query(t.Context(), "EXPLAIN "+q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return strings.Join(plan, "\n")
 }
