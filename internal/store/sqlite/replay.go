@@ -157,9 +157,11 @@ func (s *Store) ReplayJobCancel(ctx context.Context, tenantID, id string, now ti
 }
 
 // replayStepSQL is a job's next batch: its subscription's deliveries after
-// the cursor's (created_at, id), in its window, states and types.
+// (?8, ?2) by (created_at, id), with an ID over ?9 if that is set, in its
+// window, states and types.
 const replayStepSQL = `SELECT id FROM deliveries INDEXED BY deliveries_subscription_created
-	WHERE subscription_id = ?1 AND (created_at, id) > (?8, ?2) AND state IN (SELECT value FROM json_each(?7))
+	WHERE subscription_id = ?1 AND (created_at, id) > (?8, ?2) AND (?9 = '' OR id > ?9)
+	AND state IN (SELECT value FROM json_each(?7))
 	AND created_at >= ?3 AND (?4 = 0 OR created_at < ?4)
 	AND (json_array_length(?5) = 0 OR event_type IN (SELECT value FROM json_each(?5)))
 	ORDER BY created_at, id LIMIT ?6`
@@ -186,19 +188,23 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		}
 		if !deleted.Valid {
 			// The walk is by (created_at, id) from the cursor, the last ID
-			// put back; one retention removed meanwhile had nothing older
-			// left, so the walk starts at Since again.
-			from := ns(j.Since)
+			// put back. Once retention removed that row, it goes on from
+			// Since among the later IDs: IDs are made after their creation
+			// time, so a delivery made after the cursor's has a later one.
+			from, at, after := ns(j.Since), "", ""
 			if j.Cursor != "" {
 				err := tx.QueryRowContext(ctx, `SELECT created_at FROM deliveries WHERE id = ?`, j.Cursor).Scan(&from)
-				if errors.Is(err, sql.ErrNoRows) {
-					from, j.Cursor = ns(j.Since), ""
-				} else if err != nil {
+				switch {
+				case errors.Is(err, sql.ErrNoRows):
+					after = j.Cursor
+				case err != nil:
 					return err
+				default:
+					at = j.Cursor
 				}
 			}
-			ids, err = queryStrings(ctx, tx, replayStepSQL, j.SubscriptionID, j.Cursor, ns(j.Since), ns(j.Until), jsonList(j.EventTypes), limit,
-				jsonList(j.States), from)
+			ids, err = queryStrings(ctx, tx, replayStepSQL, j.SubscriptionID, at, ns(j.Since), ns(j.Until), jsonList(j.EventTypes), limit,
+				jsonList(j.States), from, after)
 			if err != nil {
 				return err
 			}

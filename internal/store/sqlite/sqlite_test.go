@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -415,13 +416,14 @@ func TestSubscriptionWalksUseTheCreatedIndex(t *testing.T) {
 		return query{q, args}
 	}
 	for name, c := range map[string]query{
-		"list":           list(store.DeliveryListParams{}),
-		"list a page":    list(store.DeliveryListParams{Cursor: "dlv_x", State: "failed"}),
-		"list a range":   list(store.DeliveryListParams{Since: time.Now(), Until: time.Now(), EventType: "a.b"}),
-		"count":          {deliveryCountSQL, []any{"sub_x", "", `["failed"]`, now, 0, `[]`, 10}},
-		"a replay step":  {replayStepSQL, []any{"sub_x", "dlv_x", now, 0, `[]`, 10, `["failed"]`, now}},
-		"a move's batch": {moveBatchSQL, []any{"sub_x", now, "dlv_x", 10}},
-		"a move":         {moveSQL, []any{"h:1", 1, "sub_x", now, "dlv_x", now, "dlv_y"}},
+		"list":                                list(store.DeliveryListParams{}),
+		"list a page":                         list(store.DeliveryListParams{Cursor: "dlv_x", State: "failed"}),
+		"list a range":                        list(store.DeliveryListParams{Since: time.Now(), Until: time.Now(), EventType: "a.b"}),
+		"count":                               {deliveryCountSQL, []any{"sub_x", "", `["failed"]`, now, 0, `[]`, 10}},
+		"a replay step":                       {replayStepSQL, []any{"sub_x", "dlv_x", now, 0, `[]`, 10, `["failed"]`, now, ""}},
+		"a replay step past a removed cursor": {replayStepSQL, []any{"sub_x", "", now, 0, `[]`, 10, `["failed"]`, now, "dlv_x"}},
+		"a move's batch":                      {moveBatchSQL, []any{"sub_x", now, "dlv_x", 10}},
+		"a move":                              {moveSQL, []any{"h:1", 1, "sub_x", now, "dlv_x", now, "dlv_y"}},
 	} {
 		p := plan(t, s, c.q, c.args)
 		if !strings.Contains(p, "deliveries_subscription_created (subscription_id=?") ||
@@ -469,5 +471,63 @@ func TestUnknownPortalTokenTakesNoWrite(t *testing.T) {
 	_, err := s.PortalLinkRedeem(ctx, "no-such-hash", time.Now(), core.APIKey{ID: "key_x", Hash: "h"})
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an unknown token while the writer is busy: %v, want ErrNotFound at once", err)
+	}
+}
+
+// A replay job whose cursor row retention removed goes on past it, not
+// from the start again: a delivery it already put back, and that failed
+// again since, is not put back twice.
+func TestReplayStepPastARemovedCursor(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://h.example/", Host: "h.example:443",
+		EventTypes: []string{"*"}, Secret: "whsec_c2VjcmV0", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
+	if err := s.SubscriptionCreate(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	failAll := func(ids []string, n int) {
+		t.Helper()
+		var rs []store.AttemptResult
+		for _, id := range ids {
+			rs = append(rs, store.AttemptResult{Attempt: core.Attempt{DeliveryID: id, N: n, StartedAt: now, StatusCode: 400},
+				SubscriptionID: sub.ID, State: core.DeliveryFailed, Now: now})
+		}
+		if err := s.DeliveryRecordResults(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []string
+	for range 4 {
+		e := core.Event{ID: core.NewID("evt"), TenantID: sub.TenantID, Type: "a.b", Payload: []byte(`{}`), CreatedAt: now}
+		d := core.Delivery{ID: core.NewID("dlv"), EventID: e.ID, SubscriptionID: sub.ID, TenantID: sub.TenantID, EventType: e.Type,
+			Host: sub.Host, Shard: core.ShardOf(sub.Host), State: core.DeliveryPending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}
+		if _, err := s.EventInsertBatch(ctx, []store.EventInsert{{Event: e, Deliveries: []core.Delivery{d}}}); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, d.ID)
+	}
+	failAll(all, 1)
+	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID, Since: now.Add(-time.Hour),
+		EventTypes: []string{}, States: []core.DeliveryState{core.DeliveryFailed}, Rate: core.ReplayRateMax,
+		State: core.ReplayRunning, CreatedAt: now, UpdatedAt: now}
+	if err := s.ReplayJobCreate(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	_, put, err := s.ReplayJobStep(ctx, j.ID, 2, now)
+	if err != nil || !slices.Equal(put, all[:2]) {
+		t.Fatalf("first step put back %v (%v), want %v", put, err, all[:2])
+	}
+	failAll(all[:2], 2) // both failed again
+	// Retention removes the cursor's row (its event's rows, as a purge does).
+	for _, q := range []string{`DELETE FROM attempts WHERE delivery_id = ?`, `DELETE FROM deliveries WHERE id = ?`} {
+		if _, err := s.w.ExecContext(ctx, q, all[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, put, err = s.ReplayJobStep(ctx, j.ID, 10, now)
+	if err != nil || !slices.Equal(put, all[2:]) {
+		t.Fatalf("after the cursor's row went, the step put back %v (%v), want only %v", put, err, all[2:])
 	}
 }
