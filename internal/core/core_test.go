@@ -169,3 +169,18 @@ func TestValidateHeaders(t *testing.T) {
 		}
 	}
 }
+
+func TestIDTimeReadsTheMillisecond(t *testing.T) {
+	before := time.Now().Truncate(time.Millisecond)
+	id := NewID("dlv")
+	after := time.Now()
+	got, ok := IDTime(id)
+	if !ok || got.Before(before) || got.After(after) {
+		t.Fatalf("IDTime(%s) = %v, %v; want a time from %v to %v", id, got, ok, before, after)
+	}
+	for _, bad := range []string{"", "dlv", "dlv_x", "dlv_01M8SP97GHQFVKZHX0X4ZQN9Q", "dlv_01M8SP97GHQFVKZHX0X4ZQN9QU", "dlv_81M8SP97GHQFVKZHX0X4ZQN9QS"} {
+		if _, ok := IDTime(bad); ok {
+			t.Errorf("IDTime(%q) ok, want not an ID", bad)
+		}
+	}
+}

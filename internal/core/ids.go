@@ -5,6 +5,7 @@ package core
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 )
@@ -52,4 +53,25 @@ func encodeULID(b [16]byte) string {
 		hi >>= 5
 	}
 	return string(out[:])
+}
+
+// IDTime is the millisecond a NewID was made in (never before the wall
+// clock's at the time: the IDs of one millisecond share it, and a clock
+// stepped back keeps the last). ok is false for anything NewID did not make.
+func IDTime(id string) (t time.Time, ok bool) {
+	_, ulid, found := strings.Cut(id, "_")
+	if !found || len(ulid) != 26 {
+		return time.Time{}, false
+	}
+	var ms uint64
+	for k, c := range []byte(ulid) {
+		i := strings.IndexByte(crockford, c)
+		if i < 0 {
+			return time.Time{}, false
+		}
+		if k < 10 { // 2 pad bits and 48 of milliseconds
+			ms = ms<<5 | uint64(i)
+		}
+	}
+	return time.UnixMilli(int64(ms)).UTC(), ms < 1<<48
 }

@@ -58,10 +58,13 @@ type extraScanner struct {
 func (e extraScanner) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.extra...)...) }
 
 // deliveryListQuery builds DeliveryList's query; tests check its plan.
-func deliveryListQuery(p store.DeliveryListParams, limit int) (string, []any) {
+// cursorAt is the cursor row's created_at, or 0 if that row is gone.
+func deliveryListQuery(p store.DeliveryListParams, limit int, cursorAt int64) (string, []any) {
 	// Walks deliveries_subscription_created backwards, by (created_at, id);
-	// a cursor is the last row's ID, placed by its own created_at (a row
-	// retention removed leaves nothing older to list).
+	// a cursor is the last row's ID, placed by its own created_at. Once
+	// retention removed that row, the walk takes the IDs before it: IDs
+	// are made after their creation time, so they are in the same order,
+	// and none was created after the cursor's millisecond was over.
 	q := `SELECT ` + deliveryColumns + ` FROM deliveries INDEXED BY deliveries_subscription_created WHERE subscription_id = ?`
 	args := []any{p.SubscriptionID}
 	if p.TenantID != "" {
@@ -84,8 +87,16 @@ func deliveryListQuery(p store.DeliveryListParams, limit int) (string, []any) {
 		q += ` AND created_at < ?`
 		args = append(args, ns(p.Until))
 	}
-	if p.Cursor != "" {
-		q += ` AND (created_at, id) < (SELECT created_at, id FROM deliveries WHERE id = ?)`
+	switch {
+	case p.Cursor != "" && cursorAt != 0:
+		q += ` AND (created_at, id) < (?, ?)`
+		args = append(args, cursorAt, p.Cursor)
+	case p.Cursor != "":
+		if t, ok := core.IDTime(p.Cursor); ok {
+			q += ` AND created_at < ?`
+			args = append(args, ns(t.Add(time.Millisecond)))
+		}
+		q += ` AND id < ?`
 		args = append(args, p.Cursor)
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
@@ -94,7 +105,14 @@ func deliveryListQuery(p store.DeliveryListParams, limit int) (string, []any) {
 
 func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
 	limit := store.PageLimit(p.Limit)
-	q, args := deliveryListQuery(p, limit)
+	var cursorAt int64
+	if p.Cursor != "" {
+		err := s.r.QueryRowContext(ctx, `SELECT created_at FROM deliveries WHERE id = ?`, p.Cursor).Scan(&cursorAt)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return store.Page[core.Delivery]{}, mapErr(err)
+		}
+	}
+	q, args := deliveryListQuery(p, limit, cursorAt)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return store.Page[core.Delivery]{}, mapErr(err)

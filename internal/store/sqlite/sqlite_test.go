@@ -410,15 +410,16 @@ func TestSubscriptionWalksUseTheCreatedIndex(t *testing.T) {
 		q    string
 		args []any
 	}
-	list := func(p store.DeliveryListParams) query {
+	list := func(p store.DeliveryListParams, cursorAt int64) query {
 		p.SubscriptionID = "sub_x"
-		q, args := deliveryListQuery(p, 10)
+		q, args := deliveryListQuery(p, 10, cursorAt)
 		return query{q, args}
 	}
 	for name, c := range map[string]query{
-		"list":                                list(store.DeliveryListParams{}),
-		"list a page":                         list(store.DeliveryListParams{Cursor: "dlv_x", State: "failed"}),
-		"list a range":                        list(store.DeliveryListParams{Since: time.Now(), Until: time.Now(), EventType: "a.b"}),
+		"list":                                list(store.DeliveryListParams{}, 0),
+		"list a page":                         list(store.DeliveryListParams{Cursor: "dlv_x", State: "failed"}, now),
+		"list past a removed cursor":          list(store.DeliveryListParams{Cursor: core.NewID("dlv")}, 0),
+		"list a range":                        list(store.DeliveryListParams{Since: time.Now(), Until: time.Now(), EventType: "a.b"}, 0),
 		"count":                               {deliveryCountSQL, []any{"sub_x", "", `["failed"]`, now, 0, `[]`, 10}},
 		"a replay step":                       {replayStepSQL, []any{"sub_x", "dlv_x", now, 0, `[]`, 10, `["failed"]`, now, ""}},
 		"a replay step past a removed cursor": {replayStepSQL, []any{"sub_x", "", now, 0, `[]`, 10, `["failed"]`, now, "dlv_x"}},
@@ -426,7 +427,12 @@ func TestSubscriptionWalksUseTheCreatedIndex(t *testing.T) {
 		"a move":                              {moveSQL, []any{"h:1", 1, "sub_x", now, "dlv_x", now, "dlv_y"}},
 	} {
 		p := plan(t, s, c.q, c.args)
-		if !strings.Contains(p, "deliveries_subscription_created (subscription_id=?") ||
+		// Every walk but the whole list seeks to a time or a cursor.
+		seek := "deliveries_subscription_created (subscription_id=? AND "
+		if name == "list" {
+			seek = "deliveries_subscription_created (subscription_id=?)"
+		}
+		if !strings.Contains(p, seek) ||
 			strings.Contains(p, "TEMP B-TREE") || strings.Contains(p, "SCAN deliveries") {
 			t.Errorf("%s: want a seek in deliveries_subscription_created, no scan, no sort; plan:\n%s", name, p)
 		}
@@ -474,12 +480,9 @@ func TestUnknownPortalTokenTakesNoWrite(t *testing.T) {
 	}
 }
 
-// A replay job whose cursor row retention removed goes on past it, not
-// from the start again: a delivery it already put back, and that failed
-// again since, is not put back twice.
-func TestReplayStepPastARemovedCursor(t *testing.T) {
-	s := openTemp(t)
-	defer s.Close()
+// fourFailed makes a subscription with four deliveries failed after one
+// attempt (oldest first), and fail, which records another failed attempt.
+func fourFailed(t *testing.T, s *Store) (core.Subscription, []string, func(ids []string, n int)) {
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://h.example/", Host: "h.example:443",
@@ -487,7 +490,7 @@ func TestReplayStepPastARemovedCursor(t *testing.T) {
 	if err := s.SubscriptionCreate(ctx, sub); err != nil {
 		t.Fatal(err)
 	}
-	failAll := func(ids []string, n int) {
+	fail := func(ids []string, n int) {
 		t.Helper()
 		var rs []store.AttemptResult
 		for _, id := range ids {
@@ -508,7 +511,28 @@ func TestReplayStepPastARemovedCursor(t *testing.T) {
 		}
 		all = append(all, d.ID)
 	}
-	failAll(all, 1)
+	fail(all, 1)
+	return sub, all, fail
+}
+
+// remove deletes a delivery's rows, as retention does.
+func remove(t *testing.T, s *Store, id string) {
+	for _, q := range []string{`DELETE FROM attempts WHERE delivery_id = ?`, `DELETE FROM deliveries WHERE id = ?`} {
+		if _, err := s.w.ExecContext(t.Context(), q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A replay job whose cursor row retention removed goes on past it, not
+// from the start again: a delivery it already put back, and that failed
+// again since, is not put back twice.
+func TestReplayStepPastARemovedCursor(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	sub, all, fail := fourFailed(t, s)
+	now := time.Now().UTC()
 	j := core.ReplayJob{ID: core.NewID("rpl"), TenantID: sub.TenantID, SubscriptionID: sub.ID, Since: now.Add(-time.Hour),
 		EventTypes: []string{}, States: []core.DeliveryState{core.DeliveryFailed}, Rate: core.ReplayRateMax,
 		State: core.ReplayRunning, CreatedAt: now, UpdatedAt: now}
@@ -519,15 +543,27 @@ func TestReplayStepPastARemovedCursor(t *testing.T) {
 	if err != nil || !slices.Equal(put, all[:2]) {
 		t.Fatalf("first step put back %v (%v), want %v", put, err, all[:2])
 	}
-	failAll(all[:2], 2) // both failed again
-	// Retention removes the cursor's row (its event's rows, as a purge does).
-	for _, q := range []string{`DELETE FROM attempts WHERE delivery_id = ?`, `DELETE FROM deliveries WHERE id = ?`} {
-		if _, err := s.w.ExecContext(ctx, q, all[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fail(all[:2], 2) // both failed again
+	remove(t, s, all[1])
 	_, put, err = s.ReplayJobStep(ctx, j.ID, 10, now)
 	if err != nil || !slices.Equal(put, all[2:]) {
 		t.Fatalf("after the cursor's row went, the step put back %v (%v), want only %v", put, err, all[2:])
+	}
+}
+
+// A page of a subscription's deliveries whose cursor row retention
+// removed goes on past it, not to an empty page.
+func TestDeliveryListPastARemovedCursor(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	sub, all, _ := fourFailed(t, s)
+	page, err := s.DeliveryList(t.Context(), store.DeliveryListParams{SubscriptionID: sub.ID, Limit: 2})
+	if err != nil || len(page.Data) != 2 || page.Data[1].ID != all[2] || page.NextCursor != all[2] {
+		t.Fatalf("first page %v, cursor %q (%v); want the newest two, then %s", page.Data, page.NextCursor, err, all[2])
+	}
+	remove(t, s, all[2])
+	page, err = s.DeliveryList(t.Context(), store.DeliveryListParams{SubscriptionID: sub.ID, Limit: 2, Cursor: all[2]})
+	if err != nil || len(page.Data) != 2 || page.Data[0].ID != all[1] || page.Data[1].ID != all[0] {
+		t.Fatalf("after the cursor's row went, the next page is %v (%v), want %s and %s", page.Data, err, all[1], all[0])
 	}
 }
