@@ -100,6 +100,9 @@ type Summary struct {
 	LagP99Ms                 float64  `json:"lag_p99_ms"`
 	LagP999Ms                float64  `json:"lag_p999_ms"`
 	LagMaxMs                 float64  `json:"lag_max_ms"`
+	PostP50Ms                float64  `json:"post_p50_ms"`
+	PostP99Ms                float64  `json:"post_p99_ms"`
+	PostMaxMs                float64  `json:"post_max_ms"`
 	AttemptsTotal            uint64   `json:"attempts_total"`
 	AttemptsPerDelivery      float64  `json:"attempts_per_delivery"`
 	Duplicates               uint64   `json:"duplicates"`
@@ -411,15 +414,17 @@ type phase struct {
 	mu         sync.Mutex
 	accepted   bitset
 	firstErr   string
+	postHist   Hist // how long each accepted POST took
 }
 
 func (b *bench) newPhase(name string, fl Fleet, expect func(uint64) []int, counted []int) *phase {
 	return &phase{b: b, name: name, fleet: fl, expect: expect, counted: counted}
 }
 
-func (p *phase) accept(seq uint64) {
+func (p *phase) accept(seq uint64, took time.Duration) {
 	p.mu.Lock()
 	p.accepted.set(seq)
+	p.postHist.Add(took.Microseconds())
 	p.mu.Unlock()
 	p.nAccepted.Add(1)
 	p.nExpected.Add(uint64(len(p.expect(seq))))
@@ -462,10 +467,11 @@ func (p *phase) load(ctx context.Context, workers int, until time.Time, maxEvent
 					}
 				}
 				seq := p.b.seq.Add(1) - 1
+				t0 := time.Now()
 				if err := p.post(ctx, seq); err != nil {
 					p.fail(err)
 				} else {
-					p.accept(seq)
+					p.accept(seq, time.Since(t0))
 				}
 			}
 		})
@@ -561,6 +567,7 @@ type result struct {
 	lost, missing, unexp uint64
 	postErrors           uint64
 	firstErr             string
+	post                 Hist
 	cpu                  time.Duration // this process's CPU time over the phase
 }
 
@@ -623,7 +630,7 @@ func (p *phase) run(ctx context.Context, load func(ctx context.Context), drain t
 	res.accepted, res.expected = p.nAccepted.Load(), p.nExpected.Load()
 	res.postErrors = p.postErrors.Load()
 	p.mu.Lock()
-	res.firstErr = p.firstErr
+	res.firstErr, res.post = p.firstErr, p.postHist
 	p.mu.Unlock()
 	if res.lost, res.missing, res.unexp, err = p.lost(); err != nil {
 		return nil, err
@@ -732,6 +739,9 @@ func (s *Summary) fill(r *result, loadS float64) {
 	s.LagP99Ms = round(r.final.hist.QuantileMs(0.99), 3)
 	s.LagP999Ms = round(r.final.hist.QuantileMs(0.999), 3)
 	s.LagMaxMs = round(r.final.hist.QuantileMs(1), 3)
+	s.PostP50Ms = round(r.post.QuantileMs(0.5), 3)
+	s.PostP99Ms = round(r.post.QuantileMs(0.99), 3)
+	s.PostMaxMs = round(r.post.QuantileMs(1), 3)
 	s.AttemptsTotal = r.final.requests
 	if r.final.delivered > 0 {
 		s.AttemptsPerDelivery = round(float64(r.final.requests)/float64(r.final.delivered), 4)
