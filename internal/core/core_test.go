@@ -184,3 +184,22 @@ func TestIDTimeReadsTheMillisecond(t *testing.T) {
 		}
 	}
 }
+
+// The partitions of the PostgreSQL store are ranges of IDs between floors:
+// every ID made in [t, u) must sort in [IDFloor(t), IDFloor(u)).
+func TestIDFloorBoundsTheIDsOfItsTime(t *testing.T) {
+	before := time.Now()
+	id := NewID("evt")
+	after := time.Now().Add(time.Millisecond)
+	if lo, hi := IDFloor("evt", before), IDFloor("evt", after); id < lo || id >= hi {
+		t.Fatalf("NewID made %s, outside [%s, %s)", id, lo, hi)
+	}
+	at, _ := IDTime(id)
+	if next := IDFloor("evt", at.Add(time.Millisecond)); id >= next {
+		t.Errorf("%s sorts at or after the floor of the next millisecond, %s", id, next)
+	}
+	day := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	if got, ok := IDTime(IDFloor("dlv", day) + "0000000000000000"); !ok || !got.Equal(day) {
+		t.Errorf("IDTime of the floor of %v = %v, %v", day, got, ok)
+	}
+}

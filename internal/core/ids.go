@@ -42,6 +42,16 @@ func NewID(prefix string) string {
 	return prefix + "_" + encodeULID(b)
 }
 
+// IDFloor is the least ID NewID(prefix) can make at t or later: the prefix
+// and t's millisecond, with no random part. IDs made in [t, u) sort in
+// [IDFloor(t), IDFloor(u)), so a range of them is a range of time.
+func IDFloor(prefix string, t time.Time) string {
+	ms := uint64(max(t.UnixMilli(), 0))
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], ms<<16)
+	return prefix + "_" + encodeULID(b)[:10]
+}
+
 func encodeULID(b [16]byte) string {
 	// 128 bits as 26 base32 characters, most significant first (2 pad bits lead).
 	var out [26]byte

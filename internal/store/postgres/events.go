@@ -21,14 +21,21 @@ const deliveryColumns = `id, event_id, subscription_id, tenant_id, event_type, h
 // The outbox write sends each table's rows as one array per column and
 // unnests them server-side: a batch of any size is one statement per table.
 const (
-	insertEventsSQL = `INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::timestamptz[])
-		ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
+	// event_keys is the arbiter of a key (migration 0017): an event is
+	// written if it has no key or its key's row was, so concurrent writers
+	// of one key (on any node) wait on that row and only one event lands.
+	insertEventsSQL = `WITH u AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::timestamptz[])
+				AS u(id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)),
+		k AS (INSERT INTO event_keys (tenant_id, idempotency_key, event_id)
+			SELECT tenant_id, idempotency_key, id FROM u WHERE idempotency_key <> ''
+			ON CONFLICT DO NOTHING RETURNING event_id)
+		INSERT INTO events (id, tenant_id, type, payload, idempotency_key, ordering_key, created_at)
+		SELECT * FROM u WHERE idempotency_key = '' OR id IN (SELECT event_id FROM k)
 		RETURNING id`
-	findKeysSQL = `SELECT e.id, e.tenant_id, e.idempotency_key
-		FROM unnest($1::text[], $2::text[]) AS k(tenant_id, idempotency_key)
-		JOIN events e ON e.tenant_id = k.tenant_id AND e.idempotency_key = k.idempotency_key
-		WHERE e.idempotency_key <> ''`
+	findKeysSQL = `SELECT k.event_id, k.tenant_id, k.idempotency_key
+		FROM unnest($1::text[], $2::text[]) AS q(tenant_id, idempotency_key)
+		JOIN event_keys k ON k.tenant_id = q.tenant_id AND k.idempotency_key = q.idempotency_key`
 	// lockSubsSQL reads the batch's subscriptions as they are at commit.
 	// FOR SHARE, not the foreign key's FOR KEY SHARE: only FOR SHARE
 	// conflicts with the FOR NO KEY UPDATE of SubscriptionUpdate and

@@ -84,7 +84,7 @@ func eventListQuery(p store.EventListParams) (query, error) {
 		q.and("type = ANY($%d::text[])", p.Types)
 	}
 	if p.IdempotencyKey != "" {
-		q.and("idempotency_key = $%d AND idempotency_key <> ''", p.IdempotencyKey) // as events_idempotency has it
+		q.and("id IN (SELECT event_id FROM event_keys WHERE tenant_id = $1 AND idempotency_key = $%d)", p.IdempotencyKey)
 	}
 	return q, q.timeRange("", []string{"id"}, p.Since, p.Until, p.Cursor, store.PageLimit(p.Limit))
 }

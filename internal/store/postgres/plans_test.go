@@ -55,7 +55,7 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		"shard poll":  {shardPendingQuery, "deliveries_shard_due", []any{[]int{core.ShardOf(subs[0].Host), core.ShardOf(subs[1].Host)}}},
 	} {
 		p := explain(t, s, name, q.sql, q.args)
-		if !strings.Contains(p, q.index) || strings.Contains(p, "Seq Scan on deliveries") {
+		if !strings.Contains(p, q.index) || scans(t, s, p, "deliveries") {
 			t.Errorf("%s: want %s and no scan of deliveries; plan:\n%s", name, q.index, p)
 		}
 	}
@@ -74,8 +74,9 @@ func TestStatsQueriesUseIndexes(t *testing.T) {
 			SELECT 'sub_' || i, CASE WHEN i < 10 THEN 'default' ELSE 'other' END, 'https://h/', 'h:443', '{*}', 'x',
 				'active', now(), now() FROM generate_series(0, 19) i`,
 		// 20,000 deliveries over 30 days, one attempt each.
+		// IDs below any day's (see partitions.go): one partition holds them.
 		`INSERT INTO events (id, tenant_id, type, payload, created_at)
-			SELECT 'evt_' || i, 'default', 'a.b', '\x7b7d', $1::timestamptz - i * interval '2 minutes'
+			SELECT 'evt_' || lpad(i::text, 10, '0'), 'default', 'a.b', '\x7b7d', $1::timestamptz - i * interval '2 minutes'
 			FROM generate_series(1, 20000) i`,
 		`INSERT INTO deliveries (id, event_id, subscription_id, tenant_id, event_type, host, shard, state,
 				attempt_count, round_started_at, created_at, updated_at)
@@ -104,8 +105,8 @@ func TestStatsQueriesUseIndexes(t *testing.T) {
 				args = append(args, "0")
 			}
 			pl := explain(t, s, name, bucketSQL(q, p), args)
-			if !strings.Contains(pl, "deliveries_subscription_created") || strings.Contains(pl, "Seq Scan on deliveries") ||
-				strings.Contains(pl, "Seq Scan on attempts") || (i == 1 && !strings.Contains(pl, "attempts_pkey")) {
+			if !strings.Contains(pl, "deliveries_subscription_created") || scans(t, s, pl, "deliveries") ||
+				scans(t, s, pl, "attempts") || (i == 1 && !strings.Contains(pl, "attempts_pkey")) {
 				t.Errorf("%s, query %d: want deliveries_subscription_created (and attempts_pkey) and no scan of either table; plan:\n%s", name, i, pl)
 			}
 		}
@@ -128,6 +129,8 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 			SELECT 'evt_' || lpad(g::text, 10, '0'), CASE WHEN g % 4 = 0 THEN 'ten' || (g % 50) ELSE 'big' END,
 				'type.' || (g % 7), '{}', CASE WHEN g % 3 = 0 THEN 'key' || g ELSE '' END, now() - g * interval '1 second'
 			FROM generate_series(1, 40000) g`,
+		`INSERT INTO event_keys (tenant_id, idempotency_key, event_id)
+			SELECT tenant_id, idempotency_key, id FROM events WHERE idempotency_key <> ''`,
 		`INSERT INTO deliveries (id, event_id, subscription_id, tenant_id, event_type, host, shard, state,
 				round_started_at, next_attempt_at, last_status, created_at, updated_at)
 			SELECT 'dlv_' || substr(e.id, 5), e.id, '` + sub.ID + `', e.tenant_id, e.type, 'h.example:443', 1,
@@ -158,7 +161,7 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 		"events of a type": {"events_tenant_type", true, func() (query, error) {
 			return eventListQuery(store.EventListParams{TenantID: "big", Types: []string{"type.3"}, Cursor: cur})
 		}},
-		"event by key": {"events_idempotency", false, func() (query, error) {
+		"event by key": {"event_keys_pkey", false, func() (query, error) {
 			return eventListQuery(store.EventListParams{TenantID: "big", IdempotencyKey: "key3"})
 		}},
 		// Read backwards by an index of events by time (the tenant's, or
@@ -186,8 +189,8 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 		p := explain(t, s, name, q.sql, q.args)
 		// An incremental sort of one event's deliveries (its fan-out) is
 		// no sort of the log.
-		if !strings.Contains(p, c.index) || !strings.Contains(p, "Index") || strings.Contains(p, "Seq Scan on deliveries") ||
-			(c.sorted && (strings.Contains(p, "Seq Scan") || fullSort.MatchString(p))) {
+		if !strings.Contains(p, c.index) || !strings.Contains(p, "Index") || scans(t, s, p, "deliveries") ||
+			(c.sorted && (scans(t, s, p, "") || fullSort.MatchString(p))) {
 			t.Errorf("%s: want %s (read in order, unsorted: %v), no scan; plan:\n%s", name, c.index, c.sorted, p)
 		}
 	}
@@ -205,4 +208,26 @@ func explain(t *testing.T, s *Store, name, q string, args []any) string {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return strings.Join(plan, "\n")
+}
+
+var seqScan = regexp.MustCompile(`Seq Scan on (\w+)`)
+
+// scans reports whether plan reads whole a table whose name starts with
+// table and that holds rows: empty partitions (days with nothing in them
+// yet) cost nothing to scan, and the planner rightly scans them.
+func scans(t *testing.T, s *Store, plan, table string) bool {
+	t.Helper()
+	for _, m := range seqScan.FindAllStringSubmatch(plan, -1) {
+		if !strings.HasPrefix(m[1], table) {
+			continue
+		}
+		var rows float64
+		if err := s.pool.QueryRow(t.Context(), `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, m[1]).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if rows > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -59,6 +59,9 @@ type Store struct {
 
 	keys         *seal.Keyring // seals and opens subscriptions' secrets and headers
 	sealedAtOpen int           // subscriptions Open found in the clear (SealedAtOpen)
+
+	stopKeeping context.CancelFunc // ends keepPartitions
+	kept        chan struct{}      // closed when keepPartitions returns
 }
 
 // config parses url for the pool. Defaults hookd relies on are added only
@@ -137,6 +140,12 @@ func open(ctx context.Context, pool *pgxpool.Pool, keys *seal.Keyring) (*Store, 
 	if err := s.resealAtOpen(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: sealing secrets stored in the clear: %w", err)
 	}
+	if err := s.ensurePartitions(ctx, time.Now()); err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	s.stopKeeping, s.kept = cancel, make(chan struct{})
+	go s.keepPartitions(kctx)
 	return s, nil
 }
 
@@ -155,6 +164,8 @@ func Migrate(ctx context.Context, url string) error {
 }
 
 func (s *Store) Close() error {
+	s.stopKeeping()
+	<-s.kept
 	s.pool.Close()
 	return nil
 }

@@ -17,7 +17,22 @@ import (
 // so nodes purging at once take disjoint ones, and locks their deliveries:
 // a replay that made one pending meanwhile is seen, and that event is left
 // alone.
+//
+// A pass's first call (after is the zero cursor) first drops the whole days
+// past cutoff (dropDays); the batches then remove what is left: the legacy
+// partition's rows, and days kept for pending work. It also makes the days
+// ahead, as keepPartitions does, so a failure to is logged with the pass's.
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCursor, limit int) (store.PurgeResult, error) {
+	dropped := 0
+	if after == (store.PurgeCursor{}) {
+		if err := s.ensurePartitions(ctx, time.Now()); err != nil {
+			return store.PurgeResult{}, mapErr(err)
+		}
+		var err error
+		if dropped, err = s.dropDays(ctx, cutoff); err != nil {
+			return store.PurgeResult{}, mapErr(err)
+		}
+	}
 	var res store.PurgeResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.PurgeResult{Next: after}
@@ -63,36 +78,20 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCu
 			return nil
 		}
 		b := &pgx.Batch{}
-		b.Queue(`INSERT INTO daily_counts (subscription_id, day, delivered, failed, skipped, attempts)
-			SELECT subscription_id, (created_at AT TIME ZONE 'UTC')::date,
-				count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
-				count(*) FILTER (WHERE state = 'skipped'), sum(attempt_count)
-			FROM deliveries WHERE event_id = ANY($1)
-			GROUP BY 1, 2 ORDER BY 1, 2
-			ON CONFLICT (subscription_id, day) DO UPDATE SET
-				delivered = daily_counts.delivered + EXCLUDED.delivered,
-				failed = daily_counts.failed + EXCLUDED.failed,
-				skipped = daily_counts.skipped + EXCLUDED.skipped,
-				attempts = daily_counts.attempts + EXCLUDED.attempts`, ids)
-		b.Queue(`INSERT INTO hourly_counts (subscription_id, hour, delivered, failed, skipped, attempts)
-			SELECT subscription_id, date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z'),
-				count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
-				count(*) FILTER (WHERE state = 'skipped'), sum(attempt_count)
-			FROM deliveries WHERE event_id = ANY($1)
-			GROUP BY 1, 2 ORDER BY 1, 2
-			ON CONFLICT (subscription_id, hour) DO UPDATE SET
-				delivered = hourly_counts.delivered + EXCLUDED.delivered,
-				failed = hourly_counts.failed + EXCLUDED.failed,
-				skipped = hourly_counts.skipped + EXCLUDED.skipped,
-				attempts = hourly_counts.attempts + EXCLUDED.attempts`, ids)
+		of := `(SELECT * FROM deliveries WHERE event_id = ANY($1))`
+		b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, of), ids)
+		b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, of), ids)
 		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE event_id = ANY($1))`, ids)
 		b.Queue(`DELETE FROM deliveries WHERE event_id = ANY($1)`, ids)
+		b.Queue(`DELETE FROM event_keys k USING events e WHERE e.id = ANY($1) AND e.idempotency_key <> ''
+			AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ids)
 		b.Queue(`DELETE FROM events WHERE id = ANY($1)`, ids)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return store.PurgeResult{}, mapErr(err)
 	}
+	res.Removed += dropped
 	return res, nil
 }
 

@@ -1,0 +1,317 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"hookd/internal/core"
+)
+
+// Events, deliveries and attempts are partitioned by UTC day of their IDs
+// (migration 0017): a day's partitions cover [IDFloor(day), IDFloor(next
+// day)) of their key, named <table>_pYYYYMMDD. Every node makes the days
+// ahead (at Open, then hourly); retention drops a day once it is past the
+// window and holds no pending work (dropDay).
+
+// partitioned are the tables split by day and their keys' ID prefixes.
+var partitioned = [...]struct{ table, prefix string }{
+	{"events", "evt"}, {"deliveries", "dlv"}, {"attempts", "dlv"},
+}
+
+// partitionsAhead is how far ahead of now days are made: an insert past the
+// last day fails, so every node would have to be down this long before an
+// ID outran them.
+const partitionsAhead = 3 * 24 * time.Hour
+
+// partitionLock serialises making and dropping days among nodes.
+const partitionLock = `hashtext('hookd.partitions.' || coalesce(current_schema(), ''))`
+
+// dayName is the suffix of the partitions covering the day starting at t.
+func dayName(t time.Time) string { return "_p" + t.UTC().Format("20060102") }
+
+type partition struct {
+	name   string
+	lo, hi string    // its keys are in [lo, hi); lo "" for the legacy one's MINVALUE
+	end    time.Time // the time of hi (zero for a bound that is no ID's)
+}
+
+// partitionsOf lists table's partitions, the legacy one among them.
+func partitionsOf(ctx context.Context, tx pgx.Tx, table string) ([]partition, error) {
+	rows, _ := tx.Query(ctx, `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass ORDER BY c.relname`, table)
+	var out []partition
+	var name, bound string
+	_, err := pgx.ForEachRow(rows, []any{&name, &bound}, func() error {
+		// FOR VALUES FROM (...) TO ('<hi>'): IDs hold no quote.
+		i := strings.LastIndex(bound, "TO ('")
+		if i < 0 || !strings.HasSuffix(bound, "')") {
+			return fmt.Errorf("postgres: partition %s: unexpected bound %q", name, bound)
+		}
+		p := partition{name: name, hi: bound[i+len("TO ('") : len(bound)-2]}
+		if lo, ok := strings.CutPrefix(bound[:i], "FOR VALUES FROM ('"); ok {
+			p.lo = strings.TrimSuffix(lo, "') ")
+		}
+		// The time of its first 10 characters (a floor's, or the legacy
+		// bound's, the last ID and a "0").
+		if prefix, ulid, _ := strings.Cut(p.hi, "_"); len(ulid) >= 10 {
+			p.end, _ = core.IDTime(prefix + "_" + ulid[:10] + strings.Repeat("0", 16))
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+// ensurePartitions makes the days from the last partition of each table to
+// partitionsAhead past now. A day is made as a table of its own, given the
+// parent's indexes under names of its own, and attached: attaching takes a
+// lock that lets writes go on, where CREATE TABLE ... PARTITION OF would
+// stop them.
+func (s *Store) ensurePartitions(ctx context.Context, now time.Time) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			return err
+		}
+		for _, p := range partitioned {
+			parts, err := partitionsOf(ctx, tx, p.table)
+			if err != nil {
+				return err
+			}
+			var last partition
+			for _, q := range parts {
+				if q.hi > last.hi {
+					last = q
+				}
+			}
+			if last.hi == "" {
+				return fmt.Errorf("postgres: %s has no partition", p.table)
+			}
+			for hi, t := last.hi, last.end; t.Before(now.Add(partitionsAhead)); {
+				// A partition starts in the day its predecessor ends; one
+				// ending over a month ago (a node down that long, or a
+				// legacy table idle) is followed by one spanning the gap.
+				start := t
+				if start.Before(now.Add(-30 * 24 * time.Hour)) {
+					start = now.Add(-24 * time.Hour)
+				}
+				start = start.UTC().Truncate(24 * time.Hour)
+				end := start.Add(24 * time.Hour)
+				next := core.IDFloor(p.prefix, end)
+				if err := makeDay(ctx, tx, p.table, p.table+dayName(start), hi, next); err != nil {
+					return err
+				}
+				hi, t = next, end
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: making partitions: %w", err)
+	}
+	return nil
+}
+
+func makeDay(ctx context.Context, tx pgx.Tx, table, name, lo, hi string) error {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`, name, table)); err != nil {
+		return err
+	}
+	// The parent's indexes, named <index>_pYYYYMMDD so plans name what
+	// they use; attaching adopts them.
+	day := strings.TrimPrefix(name, table)
+	rows, _ := tx.Query(ctx, `SELECT i.relname, x.indisprimary, pg_get_indexdef(x.indexrelid)
+		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+		WHERE x.indrelid = $1::regclass ORDER BY 1`, table)
+	var idx, def string
+	var primary bool
+	var defs []string
+	if _, err := pgx.ForEachRow(rows, []any{&idx, &primary, &def}, func() error {
+		// CREATE [UNIQUE] INDEX <idx> ON [ONLY] <schema>.<table> USING btree (<columns>) [WHERE ...]
+		_, rest, ok := strings.Cut(def, " ON ")
+		_, using, ok2 := strings.Cut(rest, " USING ")
+		cols, ok3 := strings.CutPrefix(using, "btree ")
+		if !ok || !ok2 || !ok3 {
+			return fmt.Errorf("postgres: index %s: unexpected definition %q", idx, def)
+		}
+		if primary {
+			defs = append(defs, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY %s`, name, idx+day, cols))
+		} else {
+			defs = append(defs, fmt.Sprintf(`CREATE INDEX %s ON %s USING %s`, idx+day, name, using))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if table == "deliveries" {
+		// An event's deliveries, unique within the day (see 0017).
+		defs = append(defs, fmt.Sprintf(`CREATE UNIQUE INDEX deliveries_event%s ON %s (event_id, subscription_id)`, day, name))
+	}
+	for _, d := range defs {
+		if _, err := tx.Exec(ctx, d); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`, table, name, lo, hi))
+	return err
+}
+
+// keepPartitions makes the days ahead every hour until ctx ends. A failure
+// is tried again the next hour; partitionsAhead leaves days for that.
+func (s *Store) keepPartitions(ctx context.Context) {
+	defer close(s.kept)
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.ensurePartitions(ctx, time.Now())
+		}
+	}
+}
+
+// dropDays drops each day whose partitions end at or before cutoff and hold
+// no pending work, after adding their deliveries to the kept counts. A day
+// that cannot go whole is left to Purge's batches. It answers how many
+// events went.
+func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
+	var days [][3]partition // events, deliveries, attempts of one name
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		byName := map[string]partition{}
+		for _, p := range partitioned {
+			parts, err := partitionsOf(ctx, tx, p.table)
+			if err != nil {
+				return err
+			}
+			for _, q := range parts {
+				byName[q.name] = q
+			}
+		}
+		for name, ev := range byName {
+			day, ok := strings.CutPrefix(name, "events_p")
+			if !ok || ev.lo == "" || ev.end.IsZero() || ev.end.After(cutoff) {
+				continue
+			}
+			// The first day after a legacy partition may lack a table
+			// whose legacy rows ran past midnight: it stays, emptied by
+			// the batches.
+			dl, ok1 := byName["deliveries_p"+day]
+			at, ok2 := byName["attempts_p"+day]
+			if ok1 && ok2 {
+				days = append(days, [3]partition{ev, dl, at})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, d := range days {
+		n, err := s.dropDay(ctx, d, cutoff)
+		if err != nil {
+			return removed, err
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// errKept ends a drop's transaction, rolling it back, when its day stays.
+var errKept = errors.New("day kept")
+
+// dropDay drops one day's partitions, unless they hold pending work or an
+// event created at or after cutoff. They are locked against writes first,
+// so a replay cannot make a delivery pending behind the check. Deliveries
+// of its events written in a later day (a batch spanning midnight) go with
+// it.
+func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time) (int, error) {
+	ev, dl, at := day[0].name, day[1].name, day[2].name
+	elo, ehi, dhi := day[0].lo, day[0].hi, day[1].hi
+	removed := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var mine bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+partitionLock+`)`).Scan(&mine); err != nil {
+			return err
+		}
+		if !mine {
+			return errKept // another node is at it
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s, %s, %s IN SHARE MODE`, ev, dl, at)); err != nil {
+			return err
+		}
+		// Its events' deliveries in later days, locked: one a replay made
+		// pending keeps the day.
+		rows, _ := tx.Query(ctx, `SELECT state FROM deliveries
+			WHERE id >= $1 AND event_id >= $2 AND event_id < $3 FOR UPDATE`, dhi, elo, ehi)
+		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		var kept bool
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE state = 'pending')
+			OR EXISTS (SELECT 1 FROM %s WHERE created_at >= $1)`, dl, ev), cutoff).Scan(&kept); err != nil {
+			return err
+		}
+		for _, st := range states {
+			kept = kept || st == "pending"
+		}
+		if kept {
+			return errKept
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+ev).Scan(&removed); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		ofDay := fmt.Sprintf(`(SELECT * FROM %s UNION ALL
+			SELECT * FROM deliveries WHERE id >= '%s' AND event_id >= '%s' AND event_id < '%s')`, dl, dhi, elo, ehi)
+		b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, ofDay))
+		b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, ofDay))
+		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries
+			WHERE id >= $1 AND event_id >= $2 AND event_id < $3)`, dhi, elo, ehi)
+		b.Queue(`DELETE FROM deliveries WHERE id >= $1 AND event_id >= $2 AND event_id < $3`, dhi, elo, ehi)
+		b.Queue(fmt.Sprintf(`DELETE FROM event_keys k USING %s e
+			WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ev))
+		b.Queue(fmt.Sprintf(`DROP TABLE %s, %s, %s`, at, dl, ev))
+		return tx.SendBatch(ctx, b).Close()
+	})
+	var pe *pgconn.PgError
+	switch {
+	case errors.Is(err, errKept):
+		return 0, nil
+	case errors.As(err, &pe) && pe.Code == "55P03": // lock_not_available: busy now, the next pass tries again
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)
+	}
+	return removed, nil
+}
+
+// countsSQL adds the deliveries of from to table's counts per subscription
+// and bucket (the same sums Purge's batches add).
+func countsSQL(table, col, bucket, from string) string {
+	return fmt.Sprintf(`INSERT INTO %[1]s (subscription_id, %[2]s, delivered, failed, skipped, attempts)
+		SELECT subscription_id, %[3]s,
+			count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
+			count(*) FILTER (WHERE state = 'skipped'), sum(attempt_count)
+		FROM %[4]s AS d
+		GROUP BY 1, 2 ORDER BY 1, 2
+		ON CONFLICT (subscription_id, %[2]s) DO UPDATE SET
+			delivered = %[1]s.delivered + EXCLUDED.delivered,
+			failed = %[1]s.failed + EXCLUDED.failed,
+			skipped = %[1]s.skipped + EXCLUDED.skipped,
+			attempts = %[1]s.attempts + EXCLUDED.attempts`, table, col, bucket, from)
+}
