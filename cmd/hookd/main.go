@@ -32,6 +32,7 @@ commands:
   serve     run the API and the dispatcher (embedded SQLite by default)
   migrate   create or upgrade the database schema, then exit
   rekey     seal every stored secret under the first secret key (after adding a key)
+  purge     run one retention pass now, then exit
   listen    run a local receiver that prints and verifies deliveries
   bench     measure throughput, lag and cost against loopback receivers
   version   print the version
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "rekey":
 		return runRekey(ctx, args[1:], stdout, stderr)
+	case "purge":
+		return runPurge(ctx, args[1:], stdout, stderr)
 	case "listen":
 		return runListen(ctx, args[1:], stdout, stderr)
 	case "bench":

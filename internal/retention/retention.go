@@ -5,10 +5,11 @@ package retention
 
 import (
 	"context"
-	"hookd/internal/outage"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"hookd/internal/outage"
 	"hookd/internal/store"
 )
 
@@ -61,21 +62,27 @@ func (p *Purger) loop() {
 	}
 }
 
-// pass walks every event older than the window once, a batch at a time.
-// An error ends the pass; the next one tries again.
+// pass walks every event older than the window once; an error ends it and
+// the next one tries again.
 func (p *Purger) pass() {
-	cutoff := time.Now().Add(-p.keep)
+	if _, err := Pass(p.ctx, p.st, p.keep, p.log); err != nil && p.ctx.Err() == nil {
+		p.outage.Report(p.log, "retention: removing old events", err)
+	}
+}
+
+// Pass removes, a batch at a time, every event older than keep and not
+// pending, and answers how many went (also logged). An error ends it: what
+// it removed so far stays removed.
+func Pass(ctx context.Context, st store.Store, keep time.Duration, log *slog.Logger) (int, error) {
+	cutoff := time.Now().Add(-keep)
 	var at store.PurgeCursor
 	removed := 0
-	for p.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
-		r, err := p.st.Purge(ctx, cutoff, at, batch)
+	for ctx.Err() == nil {
+		bctx, cancel := context.WithTimeout(ctx, time.Minute)
+		r, err := st.Purge(bctx, cutoff, at, batch)
 		cancel()
 		if err != nil {
-			if p.ctx.Err() == nil {
-				p.outage.Report(p.log, "retention: removing old events", err, "removed", removed)
-			}
-			return
+			return removed, fmt.Errorf("%w (removed %d)", err, removed)
 		}
 		removed += r.Removed
 		if r.Looked < batch {
@@ -84,7 +91,8 @@ func (p *Purger) pass() {
 		at = r.Next
 	}
 	if removed > 0 {
-		p.log.Info("retention: removed old events with their deliveries and attempts",
+		log.Info("retention: removed old events with their deliveries and attempts",
 			"events", removed, "older_than", cutoff.UTC().Format(time.RFC3339))
 	}
+	return removed, ctx.Err()
 }
