@@ -231,10 +231,14 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 var errKept = errors.New("day kept")
 
 // dropDay drops one day's partitions, unless they hold pending work or an
-// event created at or after cutoff. They are locked against writes first,
-// so a replay cannot make a delivery pending behind the check. Deliveries
-// of its events written in a later day (a batch spanning midnight) go with
-// it.
+// event created at or after cutoff. The scans (its counts, its events'
+// keys) run before the tables are locked: the lock stops every read and
+// write, so it is held only for the checks by index and the drop. A
+// replay cannot make a delivery pending behind the check, which runs again
+// under the lock; one that both made a delivery of the day pending and
+// finished it in the moments between the counts and the lock would leave
+// the counts with its state before. Deliveries of its events written in a
+// later day (a batch spanning midnight) go with it.
 func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time) (int, error) {
 	ev, dl, at := day[0].name, day[1].name, day[2].name
 	elo, ehi, dhi := day[0].lo, day[0].hi, day[1].hi
@@ -247,44 +251,68 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		if !mine {
 			return errKept // another node is at it
 		}
+		keeps := func() error {
+			var kept bool
+			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE state = 'pending')
+				OR EXISTS (SELECT 1 FROM %s WHERE created_at >= $1)`, dl, ev), cutoff).Scan(&kept); err != nil {
+				return err
+			}
+			if kept {
+				return errKept
+			}
+			return nil
+		}
+		if err := keeps(); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`SELECT count(*) FROM ` + ev)
+		b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, dl))
+		b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, dl))
+		b.Queue(fmt.Sprintf(`DELETE FROM event_keys k USING %s e
+			WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ev))
+		br := tx.SendBatch(ctx, b)
+		if err := br.QueryRow().Scan(&removed); err != nil {
+			br.Close()
+			return err
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s, %s, %s IN SHARE MODE`, ev, dl, at)); err != nil {
+		// Dropping a partition takes its parent's ACCESS EXCLUSIVE lock
+		// anyway: taken first, in one statement, it is held for the checks
+		// by index and the drop, and no other lock is awaited meanwhile.
+		if _, err := tx.Exec(ctx, `LOCK TABLE events, deliveries, attempts IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		if err := keeps(); err != nil {
 			return err
 		}
 		// Its events' deliveries in later days, locked: one a replay made
 		// pending keeps the day.
-		rows, _ := tx.Query(ctx, `SELECT state FROM deliveries
-			WHERE id >= $1 AND event_id >= $2 AND event_id < $3 FOR UPDATE`, dhi, elo, ehi)
+		later := `FROM deliveries WHERE id >= $1 AND event_id >= $2 AND event_id < $3`
+		rows, _ := tx.Query(ctx, `SELECT state `+later+` FOR UPDATE`, dhi, elo, ehi)
 		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return err
 		}
-		var kept bool
-		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE state = 'pending')
-			OR EXISTS (SELECT 1 FROM %s WHERE created_at >= $1)`, dl, ev), cutoff).Scan(&kept); err != nil {
-			return err
-		}
 		for _, st := range states {
-			kept = kept || st == "pending"
+			if st == "pending" {
+				return errKept
+			}
 		}
-		if kept {
-			return errKept
+		b = &pgx.Batch{}
+		if len(states) > 0 {
+			of := `(SELECT * ` + later + `)`
+			b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, of), dhi, elo, ehi)
+			b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, of), dhi, elo, ehi)
+			b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id `+later+`)`, dhi, elo, ehi)
+			b.Queue(`DELETE `+later, dhi, elo, ehi)
 		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+ev).Scan(&removed); err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		ofDay := fmt.Sprintf(`(SELECT * FROM %s UNION ALL
-			SELECT * FROM deliveries WHERE id >= '%s' AND event_id >= '%s' AND event_id < '%s')`, dl, dhi, elo, ehi)
-		b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, ofDay))
-		b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, ofDay))
-		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries
-			WHERE id >= $1 AND event_id >= $2 AND event_id < $3)`, dhi, elo, ehi)
-		b.Queue(`DELETE FROM deliveries WHERE id >= $1 AND event_id >= $2 AND event_id < $3`, dhi, elo, ehi)
-		b.Queue(fmt.Sprintf(`DELETE FROM event_keys k USING %s e
-			WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ev))
 		b.Queue(fmt.Sprintf(`DROP TABLE %s, %s, %s`, at, dl, ev))
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -292,7 +320,10 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	switch {
 	case errors.Is(err, errKept):
 		return 0, nil
-	case errors.As(err, &pe) && pe.Code == "55P03": // lock_not_available: busy now, the next pass tries again
+	case errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01"):
+		// Lock not available within the timeout, or a deadlock with
+		// another node's batch (whose transaction is retried): busy now,
+		// the next pass tries again.
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)
