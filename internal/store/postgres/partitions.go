@@ -185,6 +185,9 @@ func (s *Store) keepPartitions(ctx context.Context) {
 // that cannot go whole is left to Purge's batches. It answers how many
 // events went.
 func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := s.dropDetached(ctx); err != nil { // what a crash left
+		return 0, err
+	}
 	var days [][3]partition // events, deliveries, attempts of one name
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		byName := map[string]partition{}
@@ -225,6 +228,21 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 		removed += n
 	}
 	return removed, nil
+}
+
+// dropDetached drops the day tables no longer attached: those dropDay
+// detached, and any a crash left detached before it could drop them. A
+// table's files go outside the parents' lock.
+func (s *Store) dropDetached(ctx context.Context) error {
+	rows, _ := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+			AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$' ORDER BY 1`)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(names) == 0 {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `DROP TABLE `+strings.Join(names, ", "))
+	return err
 }
 
 // errKept ends a drop's transaction, rolling it back, when its day stays.
@@ -313,9 +331,16 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 			b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id `+later+`)`, dhi, elo, ehi)
 			b.Queue(`DELETE `+later, dhi, elo, ehi)
 		}
-		b.Queue(fmt.Sprintf(`DROP TABLE %s, %s, %s`, at, dl, ev))
+		// Detached under the lock (a catalog change); their files are
+		// removed after it, by dropDetached.
+		for _, p := range [][2]string{{"events", ev}, {"deliveries", dl}, {"attempts", at}} {
+			b.Queue(fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, p[0], p[1]))
+		}
 		return tx.SendBatch(ctx, b).Close()
 	})
+	if err == nil {
+		err = s.dropDetached(ctx)
+	}
 	var pe *pgconn.PgError
 	switch {
 	case errors.Is(err, errKept):

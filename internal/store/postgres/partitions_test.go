@@ -176,6 +176,19 @@ func TestRetentionDropsWholeDays(t *testing.T) {
 	if again[0].Duplicate {
 		t.Errorf("the key of a dropped event still answers %s", again[0].EventID)
 	}
+
+	// A day a crash left detached (between the drop's two steps) goes at
+	// the next pass; its parent no longer reads it.
+	gone := next.Add(4 * 24 * time.Hour)
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE events DETACH PARTITION events`+dayName(gone)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Purge(ctx, now, store.PurgeCursor{}, 100); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, s, "events"+dayName(gone)) {
+		t.Errorf("a detached day's table is still there after a pass")
+	}
 }
 
 // A day with a delivery a replay made pending, or an event created inside
