@@ -285,8 +285,7 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		}
 		b := &pgx.Batch{}
 		b.Queue(`SELECT count(*) FROM ` + ev)
-		b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, dl))
-		b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, dl))
+		b.Queue(countsSQL(dl))
 		b.Queue(fmt.Sprintf(`DELETE FROM event_keys k USING %s e
 			WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ev))
 		br := tx.SendBatch(ctx, b)
@@ -326,8 +325,7 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		b = &pgx.Batch{}
 		if len(states) > 0 {
 			of := `(SELECT * ` + later + `)`
-			b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, of), dhi, elo, ehi)
-			b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, of), dhi, elo, ehi)
+			b.Queue(countsSQL(of), dhi, elo, ehi)
 			b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id `+later+`)`, dhi, elo, ehi)
 			b.Queue(`DELETE `+later, dhi, elo, ehi)
 		}
@@ -356,18 +354,31 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	return removed, nil
 }
 
-// countsSQL adds the deliveries of from to table's counts per subscription
-// and bucket (the same sums Purge's batches add).
-func countsSQL(table, col, bucket, from string) string {
-	return fmt.Sprintf(`INSERT INTO %[1]s (subscription_id, %[2]s, delivered, failed, skipped, attempts)
-		SELECT subscription_id, %[3]s,
-			count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed'),
-			count(*) FILTER (WHERE state = 'skipped'), sum(attempt_count)
-		FROM %[4]s AS d
-		GROUP BY 1, 2 ORDER BY 1, 2
-		ON CONFLICT (subscription_id, %[2]s) DO UPDATE SET
-			delivered = %[1]s.delivered + EXCLUDED.delivered,
-			failed = %[1]s.failed + EXCLUDED.failed,
-			skipped = %[1]s.skipped + EXCLUDED.skipped,
-			attempts = %[1]s.attempts + EXCLUDED.attempts`, table, col, bucket, from)
+// countsSQL adds the deliveries of from to the hourly and daily counts per
+// subscription, in one scan: the days are summed from the hours (a UTC
+// hour lies in one UTC day). Grouped by hashing, then the few groups
+// sorted, so the rows of the counts are locked in one order by every
+// writer.
+func countsSQL(from string) string {
+	return `WITH h AS MATERIALIZED (
+			SELECT subscription_id, date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z') AS hour,
+				count(*) FILTER (WHERE state = 'delivered') AS delivered, count(*) FILTER (WHERE state = 'failed') AS failed,
+				count(*) FILTER (WHERE state = 'skipped') AS skipped, sum(attempt_count) AS attempts
+			FROM ` + from + ` AS d GROUP BY 1, 2),
+		days AS (
+			INSERT INTO daily_counts (subscription_id, day, delivered, failed, skipped, attempts)
+			SELECT subscription_id, (hour AT TIME ZONE 'UTC')::date, sum(delivered), sum(failed), sum(skipped), sum(attempts)
+			FROM h GROUP BY 1, 2 ORDER BY 1, 2
+			ON CONFLICT (subscription_id, day) DO UPDATE SET
+				delivered = daily_counts.delivered + EXCLUDED.delivered,
+				failed = daily_counts.failed + EXCLUDED.failed,
+				skipped = daily_counts.skipped + EXCLUDED.skipped,
+				attempts = daily_counts.attempts + EXCLUDED.attempts)
+		INSERT INTO hourly_counts (subscription_id, hour, delivered, failed, skipped, attempts)
+		SELECT * FROM h ORDER BY 1, 2
+		ON CONFLICT (subscription_id, hour) DO UPDATE SET
+			delivered = hourly_counts.delivered + EXCLUDED.delivered,
+			failed = hourly_counts.failed + EXCLUDED.failed,
+			skipped = hourly_counts.skipped + EXCLUDED.skipped,
+			attempts = hourly_counts.attempts + EXCLUDED.attempts`
 }

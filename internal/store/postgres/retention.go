@@ -79,8 +79,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCu
 		}
 		b := &pgx.Batch{}
 		of := `(SELECT * FROM deliveries WHERE event_id = ANY($1))`
-		b.Queue(countsSQL("daily_counts", "day", `(created_at AT TIME ZONE 'UTC')::date`, of), ids)
-		b.Queue(countsSQL("hourly_counts", "hour", `date_bin('1 hour', created_at, timestamptz '1970-01-01 00:00:00Z')`, of), ids)
+		b.Queue(countsSQL(of), ids)
 		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE event_id = ANY($1))`, ids)
 		b.Queue(`DELETE FROM deliveries WHERE event_id = ANY($1)`, ids)
 		b.Queue(`DELETE FROM event_keys k USING events e WHERE e.id = ANY($1) AND e.idempotency_key <> ''
