@@ -241,7 +241,7 @@ func (s *Store) dropDetached(ctx context.Context) error {
 	if err != nil || len(names) == 0 {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `DROP TABLE `+strings.Join(names, ", "))
+	_, err = s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(names, ", ")) // another node may be at it too
 	return err
 }
 
@@ -262,12 +262,24 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	elo, ehi, dhi := day[0].lo, day[0].hi, day[1].hi
 	removed := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var mine bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+partitionLock+`)`).Scan(&mine); err != nil {
+		// Exclusive against every node's Purge batch (which takes it
+		// shared): no batch removes a row of the day between its counts
+		// here and its drop, so nothing is counted twice.
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
 			return err
 		}
-		if !mine {
-			return errKept // another node is at it
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
+			return err
+		}
+		// Listed before the lock: another node may have detached it since.
+		for _, t := range []string{ev, dl, at} {
+			var attached bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1))`, t).Scan(&attached); err != nil {
+				return err
+			}
+			if !attached {
+				return errKept
+			}
 		}
 		keeps := func() error {
 			var kept bool
@@ -337,7 +349,9 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err == nil {
-		err = s.dropDetached(ctx)
+		// The day is gone from the tables; a failure to remove its files
+		// now is retried by the next pass's dropDays, which reports it.
+		s.dropDetached(ctx)
 	}
 	var pe *pgconn.PgError
 	switch {

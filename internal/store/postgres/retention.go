@@ -36,6 +36,10 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCu
 	var res store.PurgeResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.PurgeResult{Next: after}
+		// Shared: batches run side by side, never beside a day's drop.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(`+partitionLock+`)`); err != nil {
+			return err
+		}
 		rows, _ := tx.Query(ctx, `SELECT e.id, e.created_at,
 				NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
 			FROM events e
