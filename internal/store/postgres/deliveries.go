@@ -54,9 +54,13 @@ type extraRow struct {
 
 func (e extraRow) Scan(dest ...any) error { return e.Row.Scan(append(dest, e.extra...)...) }
 
-func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
-	limit := store.PageLimit(p.Limit)
-	// Walks the (subscription_id, id) index backwards; IDs sort by creation.
+// deliveryListQuery builds DeliveryList's query; tests check its plan.
+func deliveryListQuery(p store.DeliveryListParams, limit int, cursorAt time.Time) (string, []any) {
+	// Walks deliveries_subscription_created backwards, by (created_at, id);
+	// a cursor is the last row's ID, placed by its own created_at. Once
+	// retention removed that row, the walk takes the IDs before it: IDs are
+	// made after their creation time, so they are in the same order, and
+	// none was created after the cursor's millisecond was over.
 	q := `SELECT ` + deliveryColumns + ` FROM deliveries WHERE subscription_id = $1`
 	args := []any{p.SubscriptionID}
 	add := func(cond string, v any) {
@@ -78,11 +82,31 @@ func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (s
 	if !p.Until.IsZero() {
 		add("created_at < $%d", p.Until)
 	}
-	if p.Cursor != "" {
+	switch {
+	case p.Cursor != "" && !cursorAt.IsZero():
+		args = append(args, cursorAt, p.Cursor)
+		q += fmt.Sprintf(" AND (created_at, id) < ($%d, $%d)", len(args)-1, len(args))
+	case p.Cursor != "":
+		if t, ok := core.IDTime(p.Cursor); ok {
+			add("created_at < $%d", t.Add(time.Millisecond))
+		}
 		add("id < $%d", p.Cursor)
 	}
 	args = append(args, limit+1)
-	q += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
+	q += fmt.Sprintf(" ORDER BY created_at DESC, id DESC LIMIT $%d", len(args))
+	return q, args
+}
+
+func (s *Store) DeliveryList(ctx context.Context, p store.DeliveryListParams) (store.Page[core.Delivery], error) {
+	limit := store.PageLimit(p.Limit)
+	var cursorAt time.Time
+	if p.Cursor != "" {
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM deliveries WHERE id = $1`, p.Cursor).Scan(&cursorAt)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return store.Page[core.Delivery]{}, mapErr(err)
+		}
+	}
+	q, args := deliveryListQuery(p, limit, cursorAt)
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return store.Page[core.Delivery]{}, mapErr(err)

@@ -177,6 +177,16 @@ func TestLogQueriesUseTheirIndexes(t *testing.T) {
 		"deliveries of a type": {"events_tenant_type", true, func() (query, error) {
 			return deliveryListTenantQuery(store.DeliveryListParams{TenantID: "big", EventType: "type.3", Cursor: dcur})
 		}},
+		// A subscription's deliveries, newest first, from a cursor:
+		// its (subscription_id, created_at) index read backwards.
+		"a subscription's deliveries": {"deliveries_subscription_created", true, func() (query, error) {
+			q, args := deliveryListQuery(store.DeliveryListParams{SubscriptionID: sub.ID, Cursor: "dlv_x"}, 50, now.Add(-time.Hour))
+			return query{sql: q, args: args}, nil
+		}},
+		"a subscription's deliveries past a removed cursor": {"deliveries_subscription_created", true, func() (query, error) {
+			q, args := deliveryListQuery(store.DeliveryListParams{SubscriptionID: sub.ID, Cursor: "dlv_x"}, 50, time.Time{})
+			return query{sql: q, args: args}, nil
+		}},
 		"event types": {"events_tenant_type", false, func() (query, error) { return query{sql: eventTypesQuery, args: []any{"big", "", 10}}, nil }},
 		"failing": {"subscriptions_failing", false, func() (query, error) {
 			return query{sql: subscriptionListQuery(true), args: []any{"", "", 10}}, nil

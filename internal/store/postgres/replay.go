@@ -177,21 +177,41 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			// One statement picks the batch and puts it back in line. A row
 			// another transaction changed meanwhile is re-checked by the
 			// UPDATE and left alone, but still counts as considered.
+			//
+			// The walk is by (created_at, id) from the cursor, the last ID
+			// put back ($5 at $11). Once retention removed that row, it
+			// goes on from Since among the later IDs ($12): IDs are made
+			// after their creation time, so a delivery made after the
+			// cursor's has a later one.
+			from, at, after := j.Since, "", ""
+			if j.Cursor != "" {
+				err := tx.QueryRow(ctx, `SELECT created_at FROM deliveries WHERE id = $1`, j.Cursor).Scan(&from)
+				switch {
+				case errors.Is(err, pgx.ErrNoRows):
+					from, after = j.Since, j.Cursor
+				case err != nil:
+					return err
+				default:
+					at = j.Cursor
+				}
+			}
 			var last pgtype.Text
 			err := tx.QueryRow(ctx, `WITH cand AS (
-					SELECT id FROM deliveries
-					WHERE subscription_id = $4 AND id > $5 AND state = ANY($10)
+					SELECT id, created_at FROM deliveries
+					WHERE subscription_id = $4 AND (created_at, id) > ($11, $5) AND ($12 = '' OR id > $12)
+					AND state = ANY($10)
 					AND created_at >= $6 AND ($7::timestamptz IS NULL OR created_at < $7)
 					AND (cardinality($8::text[]) = 0 OR event_type = ANY($8))
-					ORDER BY id LIMIT $9),
+					ORDER BY created_at, id LIMIT $9),
 				upd AS (
 					UPDATE deliveries d SET state = 'pending', round_start = attempt_count,
 					round_started_at = $1, next_attempt_at = $1, updated_at = $1, host = $2, shard = $3
 					FROM cand WHERE d.id = cand.id AND d.state = ANY($10)
 					RETURNING d.id)
-				SELECT (SELECT count(*) FROM cand), (SELECT max(id) FROM cand), (SELECT coalesce(array_agg(id), '{}') FROM upd)`,
-				now, host, core.ShardOf(host), j.SubscriptionID, j.Cursor, j.Since, ts(j.Until), orEmpty(j.EventTypes), limit,
-				stateNames(j.States)).
+				SELECT (SELECT count(*) FROM cand), (SELECT id FROM cand ORDER BY created_at DESC, id DESC LIMIT 1),
+					(SELECT coalesce(array_agg(id), '{}') FROM upd)`,
+				now, host, core.ShardOf(host), j.SubscriptionID, at, j.Since, ts(j.Until), orEmpty(j.EventTypes), limit,
+				stateNames(j.States), from, after).
 				Scan(&considered, &last, &ids)
 			if err != nil {
 				return err
