@@ -41,7 +41,8 @@ func TestEndpointHost(t *testing.T) {
 			t.Errorf("EndpointHost(%q) = %q, %v; want %q", raw, got, err, want)
 		}
 	}
-	for _, raw := range []string{"", "ftp://x.com", "/relative", "http://", "http://x.com/#frag", "javascript:alert(1)"} {
+	for _, raw := range []string{"", "ftp://x.com", "/relative", "http://", "http://x.com/#frag", "javascript:alert(1)",
+		"http://[fe80::1%25eth0]/", "http://[fe80::1%25eth0]:0]:90"} { // IPv6 zones
 		if _, err := EndpointHost("url", raw); err == nil {
 			t.Errorf("EndpointHost(%q) accepted", raw)
 		}

@@ -108,10 +108,15 @@ func EndpointHost(field, raw string) (string, error) {
 		// reaches 127.0.0.1, past the check of IP literals at registration.
 		return "", fieldErr(field, "must name its host in ASCII (an internationalised domain name in its xn-- form)")
 	}
-	if _, err := netip.ParseAddr(host); err != nil && !validHostName(host) {
+	if a, err := netip.ParseAddr(host); err != nil && !validHostName(host) {
 		// net/url lets "]", "a!b" or "(x)" stand as a host; none can be
 		// resolved, and each would be retried for a day.
 		return "", fieldErr(field, "must name its host as a DNS name (letters, digits, -, _ and .) or an IP address")
+	} else if err == nil && a.Zone() != "" {
+		// A zone names an interface of the sending machine, and may hold
+		// anything: "[fe80::1%25eth0]:0]:90" read as zone "eth0]:0" made
+		// a host key no dialler can split.
+		return "", fieldErr(field, "must not name an IPv6 zone (%%…)")
 	}
 	port := uint64(80)
 	if u.Scheme == "https" {
