@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"hookd/internal/app"
@@ -31,13 +30,8 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *keep <= 0 {
 		return fmt.Errorf("--retention must be over 0 (e.g. 720h)")
 	}
-	if !strings.HasPrefix(*db, "postgres://") && !strings.HasPrefix(*db, "postgresql://") {
-		if _, err := os.Stat(*db); err != nil { // opening would create it
-			return fmt.Errorf("--db %s: %w", *db, err)
-		}
-	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	keys, err := app.SecretKeys(*db, *keyFile, os.Getenv("HOOKD_SECRET_KEY"), log)
+	keys, err := existingKeys(*db, *keyFile, log)
 	if err != nil {
 		return err
 	}

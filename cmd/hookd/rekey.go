@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"hookd/internal/app"
+	"hookd/internal/seal"
 	"hookd/internal/store"
 )
 
@@ -32,19 +33,8 @@ func runRekey(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *batch < 1 || *batch > 10000 {
 		return fmt.Errorf("--batch must be from 1 to 10000")
 	}
-	if !strings.HasPrefix(*db, "postgres://") && !strings.HasPrefix(*db, "postgresql://") {
-		// Opening would create it, and a key file beside it.
-		if _, err := os.Stat(*db); err != nil {
-			return fmt.Errorf("--db %s: %w", *db, err)
-		}
-		if *keyFile == "" && os.Getenv("HOOKD_SECRET_KEY") == "" {
-			if _, err := os.Stat(*db + ".key"); errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("no secret key: set --secret-key-file or HOOKD_SECRET_KEY (the default %s.key does not exist)", *db)
-			}
-		}
-	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	keys, err := app.SecretKeys(*db, *keyFile, os.Getenv("HOOKD_SECRET_KEY"), log)
+	keys, err := existingKeys(*db, *keyFile, log)
 	if err != nil {
 		return err
 	}
@@ -79,6 +69,24 @@ func runRekey(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, "vacuumed: the subscriptions' storage was written anew")
 	}
 	return nil
+}
+
+// existingKeys is the keyring of the database at db for a command that
+// works on one that exists (rekey, purge): a SQLite file that is not there,
+// or has no key to open it, is refused, where opening would create the
+// file, or a new key beside it.
+func existingKeys(db, keyFile string, log *slog.Logger) (*seal.Keyring, error) {
+	if !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://") {
+		if _, err := os.Stat(db); err != nil {
+			return nil, fmt.Errorf("--db %s: %w", db, err)
+		}
+		if keyFile == "" && os.Getenv("HOOKD_SECRET_KEY") == "" {
+			if _, err := os.Stat(db + ".key"); errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("no secret key: set --secret-key-file or HOOKD_SECRET_KEY (the default %s.key does not exist)", db)
+			}
+		}
+	}
+	return app.SecretKeys(db, keyFile, os.Getenv("HOOKD_SECRET_KEY"), log)
 }
 
 // rekeyAll walks every subscription in batches and returns how many it resealed.

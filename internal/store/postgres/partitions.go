@@ -29,7 +29,8 @@ var partitioned = [...]struct{ table, prefix string }{
 // ID outran them.
 const partitionsAhead = 3 * 24 * time.Hour
 
-// partitionLock serialises making and dropping days among nodes.
+// partitionLock serialises making and dropping days among nodes; Purge's
+// batches take it shared, so they never run beside a drop.
 const partitionLock = `hashtext('hookd.partitions.' || coalesce(current_schema(), ''))`
 
 // dayName is the suffix of the partitions covering the day starting at t.
@@ -358,9 +359,9 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	case errors.Is(err, errKept):
 		return 0, nil
 	case errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01"):
-		// Lock not available within the timeout, or a deadlock with
-		// another node's batch (whose transaction is retried): busy now,
-		// the next pass tries again.
+		// Lock not available within the timeout, or a deadlock (the other
+		// side's transaction is retried): busy now, the next pass tries
+		// again.
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)

@@ -65,6 +65,19 @@ func orphans(t *testing.T, db interface {
 	return n
 }
 
+// daysAhead is a store with days made through ten days ahead, now, and the
+// start of the day five days ahead: the retention tests make their past
+// there, with cutoffs past it.
+func daysAhead(t *testing.T) (*Store, time.Time, time.Time) {
+	t.Helper()
+	s := openURL(t, testenv.PostgresSchema(t))
+	now := time.Now().UTC()
+	if err := s.ensurePartitions(t.Context(), now.Add(10*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	return s, now, now.Truncate(24 * time.Hour).Add(5 * 24 * time.Hour)
+}
+
 // Open makes a day's partitions for every table through three days ahead,
 // and making them again changes nothing; IDs of any millisecond of those
 // days are written.
@@ -101,13 +114,8 @@ func TestDaysAreMadeAhead(t *testing.T) {
 // finished events go by the batches; a key of a dropped event is free
 // again. Nothing is left without its event or delivery.
 func TestRetentionDropsWholeDays(t *testing.T) {
-	s := openURL(t, testenv.PostgresSchema(t))
+	s, now, day := daysAhead(t)
 	ctx := t.Context()
-	now := time.Now().UTC()
-	if err := s.ensurePartitions(ctx, now.Add(10*24*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	day := now.Truncate(24 * time.Hour).Add(5 * 24 * time.Hour)
 	next := day.Add(24 * time.Hour)
 	a, b := activeSub(t, s, "a.example:443"), activeSub(t, s, "b.example:443")
 
@@ -194,13 +202,8 @@ func TestRetentionDropsWholeDays(t *testing.T) {
 // A day with a delivery a replay made pending, or an event created inside
 // the window (a clock that was behind), is not dropped.
 func TestRetentionKeepsADayWithPendingWork(t *testing.T) {
-	s := openURL(t, testenv.PostgresSchema(t))
+	s, _, day := daysAhead(t)
 	ctx := t.Context()
-	now := time.Now().UTC()
-	if err := s.ensurePartitions(ctx, now.Add(10*24*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	day := now.Truncate(24 * time.Hour).Add(5 * 24 * time.Hour)
 	late := day.Add(3 * 24 * time.Hour)
 	sub := activeSub(t, s, "a.example:443")
 	r := insert(t, s, eventAt(day.Add(time.Hour), 0, "", sub))
