@@ -198,6 +198,9 @@ func walFrames(b *testing.B, s *Store) func() int64 {
 	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_autocheckpoint = 0`); err != nil {
 		b.Fatal(err)
 	}
+	if _, err := execDirect(s.d, `PRAGMA wal_autocheckpoint = 0`); err != nil {
+		b.Fatal(err)
+	}
 	var busy, frames, done int
 	if err := s.w.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &frames, &done); err != nil || busy != 0 {
 		b.Fatalf("checkpoint: busy %d, %v", busy, err)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	zs "zombiezen.com/go/sqlite"
+
 	"hookd/internal/core"
 	"hookd/internal/store"
 )
@@ -418,21 +420,22 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 	return mapErr(s.rides.wait(ctx, s, rs))
 }
 
-// recordResults writes one batch of results in tx: each result that moves
-// its delivery on, its attempt numbered N; then, if some did not (another
-// node recorded the delivery meanwhile, or the call is a retry whose first
-// commit did land), each of those through recordOvertaken.
-func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.AttemptResult) error {
+// recordResults writes one batch of results in c's transaction: each
+// result that moves its delivery on, its attempt numbered N; then, if some
+// did not (another node recorded the delivery meanwhile, or the call is a
+// retry whose first commit did land), each of those through
+// recordOvertaken.
+func recordResults(c *zs.Conn, rs []store.AttemptResult) error {
 	ins := make([]any, 0, len(rs)*insertAttempts.cols)
 	upd := make([]any, 0, len(rs)*updateResults.cols)
 	var moved int64
 	write := func() error {
-		n, err := s.execRowsCount(ctx, tx, insertAttempts, ins)
+		n, err := execRows(c, insertAttempts, ins)
 		if err != nil {
 			return err
 		}
 		moved += n
-		if _, err := s.execRowsCount(ctx, tx, updateResults, upd); err != nil {
+		if _, err := execRows(c, updateResults, upd); err != nil {
 			return err
 		}
 		ins, upd = ins[:0], upd[:0]
@@ -457,12 +460,12 @@ func (s *Store) recordResults(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 	if moved < int64(len(rs)) {
 		// recordOvertaken passes over the attempts just written (already recorded).
 		for _, r := range rs {
-			if err := recordOvertaken(ctx, tx, r.Attempt); err != nil {
+			if err := recordOvertaken(c, r.Attempt); err != nil {
 				return err
 			}
 		}
 	}
-	return s.recordFailing(ctx, tx, rs)
+	return recordFailing(c, rs)
 }
 
 // failingSQL keeps a subscription's failing_since and last failure (its
@@ -481,14 +484,9 @@ const failingSQL = `UPDATE subscriptions SET
 	WHERE id = ?4 AND (failing_since > 0 OR ?3 > 0)`
 
 // recordFailing applies the batch's outcomes to their subscriptions.
-func (s *Store) recordFailing(ctx context.Context, tx *sql.Tx, rs []store.AttemptResult) error {
-	st, err := s.inTx(ctx, tx, failingSQL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+func recordFailing(c *zs.Conn, rs []store.AttemptResult) error {
 	for _, o := range store.Outcomes(rs) {
-		if _, err := st.ExecContext(ctx, ns(o.LastSuccess), ns(o.FirstFailure), ns(o.LastFailure), o.SubscriptionID,
+		if _, err := execDirect(c, failingSQL, ns(o.LastSuccess), ns(o.FirstFailure), ns(o.LastFailure), o.SubscriptionID,
 			o.Last.Status, o.Last.Error, o.Last.Response); err != nil {
 			return fmt.Errorf("noting whether a subscription fails: %w", err)
 		}
@@ -503,27 +501,31 @@ func (s *Store) recordFailing(ctx context.Context, tx *sql.Tx, rs []store.Attemp
 // delivery's state is left alone. An attempt already recorded (same start
 // and duration: a retried call whose first commit landed) is not written
 // twice; a delivery retention removed meanwhile is skipped.
-func recordOvertaken(ctx context.Context, tx *sql.Tx, a core.Attempt) error {
+func recordOvertaken(c *zs.Conn, a core.Attempt) error {
 	var n int
-	err := tx.QueryRowContext(ctx, `UPDATE deliveries SET attempt_count = max(attempt_count,
-			coalesce((SELECT max(n) FROM attempts WHERE delivery_id = ?1), 0)) + 1
-		WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM attempts
-			WHERE delivery_id = ?1 AND started_at = ?2 AND duration_ns = ?3)
-		RETURNING attempt_count`, a.DeliveryID, ns(a.StartedAt), int64(a.Duration)).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
+	found, err := queryRowDirect(c, overtakenSQL, []any{a.DeliveryID, ns(a.StartedAt), int64(a.Duration)},
+		func(st *zs.Stmt) { n = st.ColumnInt(0) })
+	if err == nil && found {
+		_, err = execDirect(c, insertAttemptSQL, a.DeliveryID, n, ns(a.StartedAt), int64(a.Duration), a.StatusCode,
+			a.Error, a.Response, a.ResponseHeaders)
 	}
-	if err != nil {
-		return fmt.Errorf("recording an overtaken attempt of %s: %w", a.DeliveryID, err)
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response,
-		response_headers) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.DeliveryID, n, ns(a.StartedAt), int64(a.Duration), a.StatusCode,
-		a.Error, a.Response, a.ResponseHeaders)
 	if err != nil {
 		return fmt.Errorf("recording an overtaken attempt of %s: %w", a.DeliveryID, err)
 	}
 	return nil
 }
+
+const (
+	// overtakenSQL counts an overtaken attempt in its delivery and returns
+	// the number it gets; no row if it was recorded already.
+	overtakenSQL = `UPDATE deliveries SET attempt_count = max(attempt_count,
+			coalesce((SELECT max(n) FROM attempts WHERE delivery_id = ?1), 0)) + 1
+		WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM attempts
+			WHERE delivery_id = ?1 AND started_at = ?2 AND duration_ns = ?3)
+		RETURNING attempt_count`
+	insertAttemptSQL = `INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response,
+		response_headers) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+)
 
 func (s *Store) DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT subscription_id, count(*) FROM deliveries INDEXED BY deliveries_subscription_due

@@ -3,7 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
+
+	zs "zombiezen.com/go/sqlite"
 
 	"hookd/internal/core"
 	"hookd/internal/store"
@@ -31,73 +32,35 @@ var insertDeliveries = newMultiRow(
 	"",
 	18)
 
-// batchStmts are the hot statements bound to one EventInsertBatch transaction.
-type batchStmts struct {
-	findKey, insEvent, subState, nextSeq *sql.Stmt
-	// deliveryArgs collects the batch's delivery rows; they are written
-	// after every event, a chunk of rows per statement.
-	deliveryArgs []any
-}
-
-func (s *Store) prepareBatch(ctx context.Context, tx *sql.Tx) (*batchStmts, error) {
-	var b batchStmts
-	for _, p := range []struct {
-		st  **sql.Stmt
-		sql string
-	}{
-		{&b.findKey, findKeySQL},
-		{&b.insEvent, insertEventSQL},
-		{&b.subState, subStateSQL},
-		{&b.nextSeq, nextSeqSQL},
-	} {
-		st, err := s.inTx(ctx, tx, p.sql)
-		if err != nil {
-			b.close()
-			return nil, err
-		}
-		*p.st = st
-	}
-	return &b, nil
-}
-
-func (b *batchStmts) close() {
-	for _, st := range []*sql.Stmt{b.findKey, b.insEvent, b.subState, b.nextSeq} {
-		if st != nil {
-			st.Close()
-		}
-	}
-}
-
 func (s *Store) EventInsertBatch(ctx context.Context, batch []store.EventInsert) ([]store.EventInsertResult, error) {
 	if len(batch) == 0 {
 		return []store.EventInsertResult{}, nil
 	}
 	var out []store.EventInsertResult
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		st, err := s.prepareBatch(ctx, tx)
-		if err != nil {
-			return err
-		}
-		defer st.close()
+	err := s.batch(ctx, func(c *zs.Conn) error {
 		n := 0
 		for _, in := range batch {
 			n += len(in.Deliveries)
 		}
-		st.deliveryArgs = make([]any, 0, n*insertDeliveries.cols)
+		// The batch's delivery rows are written after every event, a chunk
+		// of rows per statement.
+		rows := make([]any, 0, n*insertDeliveries.cols)
 		out = make([]store.EventInsertResult, 0, len(batch))
 		subs := map[string]subAtCommit{} // looked up once per subscription per batch
 		for _, in := range batch {
-			r, err := insertOne(ctx, st, subs, in)
+			r, err := insertOne(c, subs, in, &rows)
 			if err != nil {
 				return err
 			}
 			out = append(out, r)
 		}
-		return s.execRows(ctx, tx, insertDeliveries, st.deliveryArgs)
+		_, err := execRows(c, insertDeliveries, rows)
+		return err
 	})
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	s.rides.wrote()
 	return out, nil
 }
 
@@ -108,43 +71,47 @@ type subAtCommit struct {
 }
 
 // subState reads a subscription once per batch, from the write transaction.
-func subState(ctx context.Context, st *batchStmts, subs map[string]subAtCommit, id string) (subAtCommit, error) {
+func subState(c *zs.Conn, subs map[string]subAtCommit, id string) (subAtCommit, error) {
 	if sa, ok := subs[id]; ok {
 		return sa, nil
 	}
-	var ordered, deleted int
+	var ordered, deleted bool
 	var state string
-	err := st.subState.QueryRowContext(ctx, id).Scan(&ordered, &state, &deleted)
 	// No such subscription: the delivery insert fails on its foreign key
 	// and takes the batch down with it.
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if _, err := queryRowDirect(c, subStateSQL, []any{id}, func(st *zs.Stmt) {
+		ordered, state, deleted = st.ColumnBool(0), st.ColumnText(1), st.ColumnBool(2)
+	}); err != nil {
 		return subAtCommit{}, err
 	}
-	sa := subAtCommit{ordered: ordered != 0, skip: store.SkipReason(core.SubscriptionState(state), deleted != 0)}
+	sa := subAtCommit{ordered: ordered, skip: store.SkipReason(core.SubscriptionState(state), deleted)}
 	subs[id] = sa
 	return sa, nil
 }
 
-// insertOne writes one event and its deliveries inside the batch transaction.
-// The idempotency lookup sees rows written earlier in the same transaction,
-// so duplicates within a batch resolve exactly like duplicates across batches.
-func insertOne(ctx context.Context, st *batchStmts, subs map[string]subAtCommit, in store.EventInsert) (store.EventInsertResult, error) {
+// insertOne writes one event inside the batch transaction and appends its
+// deliveries' rows to rows. The idempotency lookup sees rows written
+// earlier in the same transaction, so duplicates within a batch resolve
+// exactly like duplicates across batches.
+func insertOne(c *zs.Conn, subs map[string]subAtCommit, in store.EventInsert, rows *[]any) (store.EventInsertResult, error) {
 	ev := in.Event
 	if ev.IdempotencyKey != "" {
 		var first string
-		err := st.findKey.QueryRowContext(ctx, ev.TenantID, ev.IdempotencyKey).Scan(&first)
-		if err == nil {
-			return store.EventInsertResult{EventID: first, Duplicate: true}, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		found, err := queryRowDirect(c, findKeySQL, []any{ev.TenantID, ev.IdempotencyKey}, func(st *zs.Stmt) {
+			first = st.ColumnText(0)
+		})
+		if err != nil {
 			return store.EventInsertResult{}, err
+		}
+		if found {
+			return store.EventInsertResult{EventID: first, Duplicate: true}, nil
 		}
 	}
 	payload := ev.Payload
 	if payload == nil {
 		payload = []byte{} // NOT NULL column
 	}
-	if _, err := st.insEvent.ExecContext(ctx, ev.ID, ev.TenantID, ev.Type, payload,
+	if _, err := execDirect(c, insertEventSQL, ev.ID, ev.TenantID, ev.Type, payload,
 		ev.IdempotencyKey, ev.OrderingKey, ns(ev.CreatedAt)); err != nil {
 		return store.EventInsertResult{}, err
 	}
@@ -153,7 +120,7 @@ func insertOne(ctx context.Context, st *batchStmts, subs map[string]subAtCommit,
 	for i := range ds {
 		d := &ds[i]
 		d.Sequence, d.OrderingKey = 0, ev.OrderingKey
-		sa, err := subState(ctx, st, subs, d.SubscriptionID)
+		sa, err := subState(c, subs, d.SubscriptionID)
 		if err != nil {
 			return store.EventInsertResult{}, err
 		}
@@ -161,11 +128,13 @@ func insertOne(ctx context.Context, st *batchStmts, subs map[string]subAtCommit,
 			d.State, d.LastError = core.DeliverySkipped, sa.skip
 		}
 		if ev.OrderingKey != "" && sa.ordered {
-			if err := st.nextSeq.QueryRowContext(ctx, d.SubscriptionID, ev.OrderingKey).Scan(&d.Sequence); err != nil {
+			if _, err := queryRowDirect(c, nextSeqSQL, []any{d.SubscriptionID, ev.OrderingKey}, func(st *zs.Stmt) {
+				d.Sequence = st.ColumnInt64(0)
+			}); err != nil {
 				return store.EventInsertResult{}, err
 			}
 		}
-		st.deliveryArgs = append(appendDeliveryArgs(st.deliveryArgs, d), ns(d.CreatedAt))
+		*rows = append(appendDeliveryArgs(*rows, d), ns(d.CreatedAt))
 	}
 	return store.EventInsertResult{EventID: ev.ID, Deliveries: ds}, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	zs "zombiezen.com/go/sqlite"
+
 	"hookd/internal/core"
 	"hookd/internal/store"
 )
@@ -26,7 +28,7 @@ func (s *Store) HealthPing(ctx context.Context) error {
 const probeFiller = core.MaxPayloadBytes
 
 func (s *Store) HealthWrite(ctx context.Context) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO health_probe (id, at, filler) VALUES (1, ?, zeroblob(?))
 			ON CONFLICT (id) DO UPDATE SET at = excluded.at, filler = excluded.filler`,
 			time.Now().UnixNano(), probeFiller)
@@ -38,13 +40,21 @@ func (s *Store) HealthWrite(ctx context.Context) error {
 	return nil
 }
 
-// LimitPages caps the database at n pages (PRAGMA max_page_count, on the
-// one writer connection, until it closes; SQLite never caps below the
-// pages in use) and returns the cap in force. Tests fill the store with
-// it: writes that need a new page then fail as on a full disk.
+// LimitPages caps the database at n pages (PRAGMA max_page_count, on both
+// writer connections, until they close; SQLite never caps below the pages
+// in use) and returns the cap in force. Tests fill the store with it:
+// writes that need a new page then fail as on a full disk.
 func (s *Store) LimitPages(ctx context.Context, n int64) (int64, error) {
+	if err := s.lockWriter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.unlockWriter()
+	q := fmt.Sprintf(`PRAGMA max_page_count = %d`, n)
 	var got int64
-	if err := s.w.QueryRowContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, n)).Scan(&got); err != nil {
+	if err := s.w.QueryRowContext(ctx, q).Scan(&got); err != nil {
+		return 0, fmt.Errorf("sqlite: max_page_count: %w", err)
+	}
+	if _, err := queryRowDirect(s.d, q, nil, func(st *zs.Stmt) { got = min(got, st.ColumnInt64(0)) }); err != nil {
 		return 0, fmt.Errorf("sqlite: max_page_count: %w", err)
 	}
 	return got, nil

@@ -70,6 +70,10 @@ func (s *Store) SealedAtOpen() int { return s.sealedAtOpen }
 // SubscriptionVacuum: see store.Store. VACUUM rebuilds the whole file;
 // its scratch copy goes to a temporary file, not memory (temp_store).
 func (s *Store) SubscriptionVacuum(ctx context.Context) error {
+	if err := s.lockWriter(ctx); err != nil {
+		return err
+	}
+	defer s.unlockWriter()
 	if _, err := s.w.ExecContext(ctx, `PRAGMA temp_store = FILE`); err != nil {
 		return fmt.Errorf("sqlite: vacuum: %w", err)
 	}

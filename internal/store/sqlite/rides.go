@@ -8,8 +8,9 @@ import (
 	"hookd/internal/store"
 )
 
-// rideWait is how long a result batch waits for another write transaction
-// to carry it, while such transactions keep coming (ingest under load).
+// rideWait is how long a result batch waits for an ingest batch's
+// transaction to carry it, while such transactions keep coming (ingest
+// under load).
 // Riding saves a commit of its own: the WAL frames of the index pages both
 // touch, an fsync, and the writer's time, which is what bounds ingest at
 // fanout 1. With no other write lately, a batch commits at once. (A
@@ -24,7 +25,7 @@ const rideTimeout = 30 * time.Second
 type riders struct {
 	mu        sync.Mutex
 	queue     []*ride
-	lastWrite time.Time // the last commit of a write other than results
+	lastWrite time.Time // the last commit of an ingest batch
 }
 
 type ride struct {
@@ -50,7 +51,7 @@ func (q *riders) wait(ctx context.Context, s *Store, rs []store.AttemptResult) e
 		}
 	}
 	// Commit whatever waits; if a carrier took r meanwhile, it reports.
-	s.write(ctx, nil)
+	s.batch(ctx, nil)
 	return <-r.done
 }
 
@@ -63,7 +64,7 @@ func (q *riders) take() []*ride {
 	return rs
 }
 
-// wrote notes a committed write, so batches wait for the next one.
+// wrote notes a committed ingest batch, so batches wait for the next one.
 func (q *riders) wrote() {
 	q.mu.Lock()
 	q.lastWrite = time.Now()

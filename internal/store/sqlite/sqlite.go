@@ -12,12 +12,12 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+	zs "zombiezen.com/go/sqlite"
 
 	"hookd/internal/seal"
 	"hookd/internal/store"
@@ -26,25 +26,22 @@ import (
 var _ store.Store = (*Store)(nil)
 
 // Store implements store.Store. SQLite allows one writer at a time, so writes
-// go through a single connection (they queue in Go instead of fighting over
-// SQLITE_BUSY) and reads through a pool that WAL lets run beside the writer.
+// take turns in Go (wlock) instead of fighting over SQLITE_BUSY, and reads go
+// through a pool that WAL lets run beside the writer. Ingest and result
+// batches write through d (direct.go), everything else through w.
 type Store struct {
-	w *sql.DB // exactly one connection; BEGIN IMMEDIATE
-	r *sql.DB // read-only pool
+	w     *sql.DB       // exactly one connection; BEGIN IMMEDIATE
+	d     *zs.Conn      // the hot writes' connection
+	wlock chan struct{} // held by the one transaction writing, on w or d
+	r     *sql.DB       // read-only pool
 
-	stmts map[string]*sql.Stmt // hotWrites prepared once on w, hotReads on r, at Open
+	stmts map[string]*sql.Stmt // hotReads, prepared once on r at Open
 
 	rides riders // result batches waiting to be written (rides.go)
 
 	keys         *seal.Keyring // seals and opens subscriptions' secrets and headers
 	sealedAtOpen int           // subscriptions Open found in the clear (SealedAtOpen)
 }
-
-// hotWrites are the statements every ingest and result batch runs.
-// Preparing costs more than running them, so each is prepared once on the
-// one writer connection and reused by every transaction.
-var hotWrites = slices.Concat([]string{insertEventSQL, findKeySQL, subStateSQL, nextSeqSQL, failingSQL},
-	insertDeliveries.sqls, insertAttempts.sqls, updateResults.sqls)
 
 // hotReads are the dispatcher's refill queries: parsing them cost as much
 // as running them (0.71 of a refill's 1.70 s in a 10 s profile under heavy
@@ -71,53 +68,6 @@ func newMultiRow(head, row, tail string, cols int) multiRow {
 		m.sqls = append(m.sqls, head+" "+strings.TrimSuffix(strings.Repeat(row+", ", k), ", ")+" "+tail)
 	}
 	return m
-}
-
-// execRows runs m inside tx over rows of m.cols values each, flattened into args.
-func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m multiRow, args []any) error {
-	_, err := s.execRowsCount(ctx, tx, m, args)
-	return err
-}
-
-// execRowsCount is execRows, returning how many rows the statements changed.
-func (s *Store) execRowsCount(ctx context.Context, tx *sql.Tx, m multiRow, args []any) (int64, error) {
-	var changed int64
-	for len(args) > 0 {
-		n := len(args) / m.cols
-		i := len(rowChunks) - 1
-		for j, c := range rowChunks {
-			if c <= n {
-				i = j
-				break
-			}
-		}
-		k := rowChunks[i]
-		st, err := s.inTx(ctx, tx, m.sqls[i])
-		if err != nil {
-			return changed, err
-		}
-		res, err := st.ExecContext(ctx, args[:k*m.cols]...)
-		st.Close()
-		if err != nil {
-			return changed, err
-		}
-		rows, err := res.RowsAffected()
-		if err != nil {
-			return changed, err
-		}
-		changed += rows
-		args = args[k*m.cols:]
-	}
-	return changed, nil
-}
-
-// inTx returns hot write statement q for use in tx.
-func (s *Store) inTx(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
-	st, ok := s.stmts[q]
-	if !ok {
-		return nil, fmt.Errorf("sqlite: statement not prepared at open: %.40s", q)
-	}
-	return tx.StmtContext(ctx, st), nil
 }
 
 // pragmas are applied by the driver to every new pooled connection.
@@ -192,16 +142,20 @@ func Open(ctx context.Context, path string, keys *seal.Keyring) (*Store, error) 
 		r.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	st := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}, keys: keys}
-	for db, qs := range map[*sql.DB][]string{w: hotWrites, r: hotReads} {
-		for _, q := range qs {
-			p, err := db.PrepareContext(ctx, q)
-			if err != nil {
-				st.Close()
-				return nil, fmt.Errorf("sqlite: prepare: %w", err)
-			}
-			st.stmts[q] = p
+	dc, err := openDirect(path)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, err
+	}
+	st := &Store{w: w, d: dc, wlock: make(chan struct{}, 1), r: r, stmts: map[string]*sql.Stmt{}, keys: keys}
+	for _, q := range hotReads {
+		p, err := r.PrepareContext(ctx, q)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("sqlite: prepare: %w", err)
 		}
+		st.stmts[q] = p
 	}
 	if err := st.finishFollowUps(ctx); err != nil {
 		st.Close()
@@ -231,66 +185,16 @@ func (s *Store) Close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.r.Close(), s.d.Close(), s.w.Close())
 }
 
-// writeTx runs fn in one write transaction and commits it; any error rolls
-// everything back. Result batches waiting to be written ride along (see
-// rides.go); fn must be safe to run twice.
+// writeTx runs fn in one write transaction on w and commits it; any error
+// rolls everything back.
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	err := s.write(ctx, fn)
-	if err == nil {
-		s.rides.wrote()
+	if err := s.lockWriter(ctx); err != nil {
+		return err
 	}
-	return err
-}
-
-// write commits fn (nil: nothing of its own) with the result batches
-// waiting, and tells each batch how it went.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	rs := s.rides.take()
-	if len(rs) == 0 {
-		if fn == nil {
-			return nil
-		}
-		return s.tx(ctx, fn)
-	}
-	// The riders' work is not the carrier's: a carrier whose caller went
-	// away must not fail them, nor they it.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rideTimeout)
-	defer cancel()
-	if fn == nil {
-		ctx = rctx
-	}
-	var rideErr error
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		for _, r := range rs {
-			if rideErr = s.recordResults(rctx, tx, r.rs); rideErr != nil {
-				return rideErr
-			}
-		}
-		if fn == nil {
-			return nil
-		}
-		return fn(tx)
-	})
-	if err == nil {
-		done(rs, nil)
-		return nil
-	}
-	// Keep them apart: each result batch alone, then fn again if it was
-	// the results that failed.
-	for _, r := range rs {
-		done([]*ride{r}, s.tx(rctx, func(tx *sql.Tx) error { return s.recordResults(rctx, tx, r.rs) }))
-	}
-	if fn != nil && rideErr != nil {
-		return s.tx(ctx, fn)
-	}
-	return err
-}
-
-// tx runs fn in one write transaction on the writer and commits it.
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	defer s.unlockWriter()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -300,6 +204,51 @@ func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// batch commits fn (nil: nothing of its own) on the direct writer with the
+// result batches waiting to ride (rides.go), and tells each batch how it
+// went; fn must be safe to run twice.
+func (s *Store) batch(ctx context.Context, fn func(c *zs.Conn) error) error {
+	rs := s.rides.take()
+	if len(rs) == 0 {
+		if fn == nil {
+			return nil
+		}
+		return s.directTx(ctx, fn)
+	}
+	// The riders' work is not the carrier's: a carrier whose caller went
+	// away must not fail them, nor they it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rideTimeout)
+	defer cancel()
+	if fn == nil {
+		ctx = rctx
+	}
+	var rideErr error
+	err := s.directTx(ctx, func(c *zs.Conn) error {
+		for _, r := range rs {
+			if rideErr = recordResults(c, r.rs); rideErr != nil {
+				return rideErr
+			}
+		}
+		if fn == nil {
+			return nil
+		}
+		return fn(c)
+	})
+	if err == nil {
+		done(rs, nil)
+		return nil
+	}
+	// Keep them apart: each result batch alone, then fn again if it was
+	// the results that failed.
+	for _, r := range rs {
+		done([]*ride{r}, s.directTx(rctx, func(c *zs.Conn) error { return recordResults(c, r.rs) }))
+	}
+	if fn != nil && rideErr != nil {
+		return s.directTx(ctx, fn)
+	}
+	return err
 }
 
 // queryStrings runs a query of one text column in tx and returns its rows.
@@ -363,18 +312,22 @@ func mapErr(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.ErrNotFound
 	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return fmt.Errorf("%w: %v", store.ErrConflict, err)
-		}
-		switch se.Code() & 0xff { // the primary code of an extended one
-		case sqlite3.SQLITE_FULL:
-			return fmt.Errorf("%w: %w", store.ErrFull, err)
-		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN:
-			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-		}
+	// The two APIs' errors carry the same (extended) result codes.
+	code := -1
+	if se := (*sqlite.Error)(nil); errors.As(err, &se) {
+		code = se.Code()
+	} else if c := zs.ErrCode(err); c != zs.ResultError {
+		code = int(c)
+	}
+	switch code {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return fmt.Errorf("%w: %v", store.ErrConflict, err)
+	}
+	switch code & 0xff { // the primary code of an extended one
+	case sqlite3.SQLITE_FULL:
+		return fmt.Errorf("%w: %w", store.ErrFull, err)
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN:
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) { // the writer did not come free in time
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)

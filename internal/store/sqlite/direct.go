@@ -1,0 +1,165 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	zs "zombiezen.com/go/sqlite"
+)
+
+// The hot writes, every ingest batch and every result batch, go through a
+// connection of zombiezen's direct API to the same modernc engine, not
+// through database/sql: over the same statements that layer (its locks,
+// argument conversion, the driver's per-statement interrupt goroutine and
+// their garbage) cost a quarter of the store's CPU per delivery
+// (docs/bench.md). Every other write keeps database/sql's writer; the two
+// writers take turns through Store.wlock, so neither meets SQLITE_BUSY.
+
+// openDirect opens the direct writer on the database at path, which
+// migrate has brought up to date, with the writer's pragmas.
+func openDirect(path string) (*zs.Conn, error) {
+	c, err := zs.OpenConn(path, zs.OpenReadWrite, zs.OpenWAL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	c.SetBusyTimeout(5e9)
+	for _, p := range []string{"PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA temp_store = MEMORY"} {
+		if _, err := execDirect(c, p); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %s: %w", path, p, err)
+		}
+	}
+	return c, nil
+}
+
+// lockWriter waits for the turn to write, or for ctx.
+func (s *Store) lockWriter(ctx context.Context) error {
+	select {
+	case s.wlock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) unlockWriter() { <-s.wlock }
+
+// directTx runs fn in one write transaction on the direct writer and
+// commits it; ctx's end interrupts a statement that runs.
+func (s *Store) directTx(ctx context.Context, fn func(c *zs.Conn) error) error {
+	if err := s.lockWriter(ctx); err != nil {
+		return err
+	}
+	defer s.unlockWriter()
+	c := s.d
+	c.SetInterrupt(ctx.Done())
+	err := func() error {
+		if _, err := execDirect(c, "BEGIN IMMEDIATE"); err != nil {
+			return err
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+		_, err := execDirect(c, "COMMIT")
+		return err
+	}()
+	c.SetInterrupt(nil) // an interrupted connection would not roll back
+	if err != nil {
+		// SQLite may have rolled back already (a full disk, or a failed
+		// COMMIT); ROLLBACK then says there is nothing to, which is no news.
+		execDirect(c, "ROLLBACK")
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+	}
+	return err
+}
+
+// prepDirect returns c's statement for q, prepared once and cached by c.
+func prepDirect(c *zs.Conn, q string, args []any) (*zs.Stmt, error) {
+	st, err := c.Prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			st.BindText(i+1, v)
+		case []byte:
+			st.BindBytes(i+1, v)
+		case int:
+			st.BindInt64(i+1, int64(v))
+		case int64:
+			st.BindInt64(i+1, v)
+		case bool:
+			st.BindBool(i+1, v)
+		default:
+			st.Reset()
+			return nil, fmt.Errorf("sqlite: cannot bind %T", a)
+		}
+	}
+	return st, nil
+}
+
+// execDirect runs q with args to its end and returns how many rows it
+// changed.
+func execDirect(c *zs.Conn, q string, args ...any) (int64, error) {
+	st, err := prepDirect(c, q, args)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Reset()
+	for {
+		row, err := st.Step()
+		if err != nil {
+			return 0, err
+		}
+		if !row {
+			return int64(c.Changes()), nil
+		}
+	}
+}
+
+// queryRowDirect runs q with args and hands its first row, if any, to
+// scan; it reports whether there was one.
+func queryRowDirect(c *zs.Conn, q string, args []any, scan func(st *zs.Stmt)) (bool, error) {
+	st, err := prepDirect(c, q, args)
+	if err != nil {
+		return false, err
+	}
+	defer st.Reset()
+	row, err := st.Step()
+	if err != nil || !row {
+		return false, err
+	}
+	scan(st)
+	// Run a RETURNING statement to its end, so all its rows are written.
+	for row && err == nil {
+		row, err = st.Step()
+	}
+	return true, err
+}
+
+// execRows runs m over rows of m.cols values each, flattened into args,
+// as the fewest statements, and returns how many rows they changed.
+func execRows(c *zs.Conn, m multiRow, args []any) (int64, error) {
+	var changed int64
+	for len(args) > 0 {
+		n := len(args) / m.cols
+		i := len(rowChunks) - 1
+		for j, k := range rowChunks {
+			if k <= n {
+				i = j
+				break
+			}
+		}
+		k := rowChunks[i]
+		rows, err := execDirect(c, m.sqls[i], args[:k*m.cols]...)
+		if err != nil {
+			return changed, err
+		}
+		changed += rows
+		args = args[k*m.cols:]
+	}
+	return changed, nil
+}
