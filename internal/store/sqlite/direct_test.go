@@ -14,9 +14,10 @@ import (
 	"hookd/internal/store"
 )
 
-// A transaction on the direct writer whose context ends half-way rolls
-// back what it wrote and leaves the connection fit for the next one.
-func TestDirectTxInterruptedRollsBack(t *testing.T) {
+// A transaction on the direct writer whose context ends half-way does not
+// commit: it rolls back what it wrote and leaves the connection fit for the
+// next one.
+func TestDirectTxCancelledRollsBack(t *testing.T) {
 	s, deliver := rideFixture(t)
 	d := deliver()
 	sub := core.Subscription{ID: d.SubscriptionID, TenantID: core.DefaultTenant, Host: d.Host}
@@ -31,10 +32,10 @@ func TestDirectTxInterruptedRollsBack(t *testing.T) {
 		return err
 	})
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted transaction: %v, want context.Canceled", err)
+		t.Fatalf("cancelled transaction: %v, want context.Canceled", err)
 	}
 	if _, _, err := s.EventGet(t.Context(), "", first.Event.ID); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("an event of the interrupted transaction: %v, want not found", err)
+		t.Fatalf("an event of the cancelled transaction: %v, want not found", err)
 	}
 	if next := deliver(); next.ID == "" {
 		t.Fatal("no delivery from the next batch")
