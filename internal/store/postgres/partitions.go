@@ -42,14 +42,20 @@ type partition struct {
 	end    time.Time // the time of hi (zero for a bound that is no ID's)
 }
 
-// partitionsOf lists table's partitions, the legacy one among them.
+// partitionsOf lists table's partitions, the legacy one among them. A
+// partition another node detaches meanwhile may still be listed by the
+// query's snapshot with its bound already gone from the catalog: it is
+// left out.
 func partitionsOf(ctx context.Context, tx pgx.Tx, table string) ([]partition, error) {
-	rows, _ := tx.Query(ctx, `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
+	rows, _ := tx.Query(ctx, `SELECT c.relname, coalesce(pg_get_expr(c.relpartbound, c.oid), '')
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = $1::regclass ORDER BY c.relname`, table)
 	var out []partition
 	var name, bound string
 	_, err := pgx.ForEachRow(rows, []any{&name, &bound}, func() error {
+		if bound == "" {
+			return nil
+		}
 		// FOR VALUES FROM (...) TO ('<hi>'): IDs hold no quote.
 		i := strings.LastIndex(bound, "TO ('")
 		if i < 0 || !strings.HasSuffix(bound, "')") {
