@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	zs "zombiezen.com/go/sqlite"
+
+	"hookd/internal/store"
 )
 
 // The hot writes, every ingest batch and every result batch, go through a
@@ -53,7 +55,17 @@ func (s *Store) directTx(ctx context.Context, fn func(c *zs.Conn) error) error {
 		return err
 	}
 	defer s.unlockWriter()
+	if s.closed {
+		return errClosed
+	}
 	c := s.d
+	if !c.AutocommitEnabled() {
+		// A ROLLBACK that failed left a transaction open; BEGIN would fail
+		// for good.
+		if _, err := execDirect(c, "ROLLBACK"); err != nil {
+			return fmt.Errorf("%w: sqlite: rolling back what a failed write left: %w", store.ErrUnavailable, err)
+		}
+	}
 	err := func() error {
 		if _, err := execDirect(c, "BEGIN IMMEDIATE"); err != nil {
 			return err
@@ -75,6 +87,8 @@ func (s *Store) directTx(ctx context.Context, fn func(c *zs.Conn) error) error {
 	return err
 }
 
+var errClosed = fmt.Errorf("%w: sqlite: the store is closed", store.ErrUnavailable)
+
 // prepDirect returns c's statement for q, prepared once and cached by c.
 func prepDirect(c *zs.Conn, q string, args []any) (*zs.Stmt, error) {
 	st, err := c.Prepare(q)
@@ -86,7 +100,13 @@ func prepDirect(c *zs.Conn, q string, args []any) (*zs.Stmt, error) {
 		case string:
 			st.BindText(i+1, v)
 		case []byte:
-			st.BindBytes(i+1, v)
+			if v == nil { // as database/sql binds it
+				st.BindNull(i + 1)
+			} else {
+				st.BindBytes(i+1, v)
+			}
+		case nil:
+			st.BindNull(i + 1)
 		case int:
 			st.BindInt64(i+1, int64(v))
 		case int64:

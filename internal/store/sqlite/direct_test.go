@@ -50,6 +50,14 @@ func TestWritersTakeTurns(t *testing.T) {
 	s := openTemp(t)
 	t.Cleanup(func() { s.Close() })
 	ctx := t.Context()
+	// With no busy timeout, a writer that did not wait its turn would meet
+	// the other's lock as SQLITE_BUSY at once.
+	if _, err := s.w.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execDirect(s.d, `PRAGMA busy_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now().UTC()
 	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://a.example/",
 		Host: "a.example:443", EventTypes: []string{"*"}, Secret: "whsec_c2VjcmV0", State: core.SubActive,
@@ -90,5 +98,58 @@ func TestWritersTakeTurns(t *testing.T) {
 	}
 	if want := workers * rounds; events != want || delivered != want || subs != want+1 {
 		t.Fatalf("%d events, %d delivered, %d subscriptions; want %d, %d, %d", events, delivered, subs, want, want, want+1)
+	}
+}
+
+// Both writers hold what a nil error promises: the WAL, synced at each
+// commit, and the foreign keys checked.
+func TestWritersPragmas(t *testing.T) {
+	s := openTemp(t)
+	t.Cleanup(func() { s.Close() })
+	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "temp_store": "2", "busy_timeout": "5000"}
+	for p, v := range want {
+		var onW string
+		if err := s.w.QueryRowContext(t.Context(), "PRAGMA "+p).Scan(&onW); err != nil {
+			t.Fatal(err)
+		}
+		var onD string
+		if _, err := queryRowDirect(s.d, "PRAGMA "+p, nil, func(st *zs.Stmt) { onD = st.ColumnText(0) }); err != nil {
+			t.Fatal(err)
+		}
+		if onW != v || onD != v {
+			t.Errorf("PRAGMA %s: %q on the database/sql writer, %q on the direct one; want %q", p, onW, onD, v)
+		}
+	}
+}
+
+// Close waits for the batch in progress; a batch after it fails as
+// unavailable instead of touching a closed connection.
+func TestCloseWaitsForTheWriter(t *testing.T) {
+	s, deliver := rideFixture(t)
+	d := deliver()
+	sub := core.Subscription{ID: d.SubscriptionID, TenantID: core.DefaultTenant, Host: d.Host}
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := s.EventInsertBatch(t.Context(), []store.EventInsert{insertFor(sub, time.Now().UTC())}); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	if _, err := s.EventInsertBatch(t.Context(), []store.EventInsert{insertFor(sub, time.Now().UTC())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a batch after Close: %v, want ErrUnavailable", err)
+	}
+	s.rides.mu.Lock()
+	s.rides.lastWrite = time.Time{} // a write of its own, not waiting for a carrier
+	s.rides.mu.Unlock()
+	if err := s.DeliveryRecordResults(t.Context(), []store.AttemptResult{delivered(d.ID)}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("results after Close: %v, want ErrUnavailable", err)
 	}
 }

@@ -150,7 +150,11 @@ func (s *Store) SubscriptionReseal(ctx context.Context, p store.ResealParams) (s
 	if res.Changed > 0 {
 		// Best effort: a reader of another process (a running node) may
 		// keep the WAL from being truncated now; it is overwritten later.
-		s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+		// It takes SQLite's write lock: the writers' turn.
+		if s.lockWriter(ctx) == nil {
+			s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+			s.unlockWriter()
+		}
 	}
 	return res, nil
 }

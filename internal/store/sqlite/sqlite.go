@@ -30,10 +30,11 @@ var _ store.Store = (*Store)(nil)
 // through a pool that WAL lets run beside the writer. Ingest and result
 // batches write through d (direct.go), everything else through w.
 type Store struct {
-	w     *sql.DB       // exactly one connection; BEGIN IMMEDIATE
-	d     *zs.Conn      // the hot writes' connection
-	wlock chan struct{} // held by the one transaction writing, on w or d
-	r     *sql.DB       // read-only pool
+	w      *sql.DB       // exactly one connection; BEGIN IMMEDIATE
+	d      *zs.Conn      // the hot writes' connection
+	wlock  chan struct{} // held by the one transaction writing, on w or d
+	closed bool          // by Close, under wlock
+	r      *sql.DB       // read-only pool
 
 	stmts map[string]*sql.Stmt // hotReads, prepared once on r at Open
 
@@ -181,7 +182,15 @@ func Migrate(ctx context.Context, path string) error {
 	return migrate(ctx, w)
 }
 
+// Close waits for the write in progress, if any. A write after it fails
+// (store.ErrUnavailable); the direct writer would use freed memory.
 func (s *Store) Close() error {
+	s.lockWriter(context.Background())
+	defer s.unlockWriter()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
 	for _, st := range s.stmts {
 		st.Close()
 	}
