@@ -41,9 +41,33 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) error {
 	) STRICT`); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
+	// What is recorded already is skipped without a write transaction: a
+	// command opening the file beside a busy node (rekey, purge) would
+	// otherwise wait for SQLite's write lock once per migration, each
+	// wait bounded by the busy timeout.
+	rows, err := db.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
 	for _, m := range ms {
 		if m.Version > last {
 			break
+		}
+		if applied[m.Version] {
+			continue
 		}
 		err := func() error {
 			tx, err := db.BeginTx(ctx, nil)
