@@ -13,7 +13,7 @@ import (
 // connection of zombiezen's direct API to the same modernc engine, not
 // through database/sql: over the same statements that layer (its locks,
 // argument conversion, the driver's per-statement interrupt goroutine and
-// their garbage) cost a quarter of the store's CPU per delivery
+// their garbage) cost about 30 % of the store's CPU per delivery
 // (docs/bench.md). Every other write keeps database/sql's writer; the two
 // writers take turns through Store.wlock, so neither meets SQLITE_BUSY.
 

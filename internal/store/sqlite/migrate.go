@@ -44,29 +44,17 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) error {
 	// What is recorded already is skipped without a write transaction: a
 	// command opening the file beside a busy node (rekey, purge) would
 	// otherwise wait for SQLite's write lock once per migration, each
-	// wait bounded by the busy timeout.
-	rows, err := db.QueryContext(ctx, `SELECT version FROM schema_migrations`)
-	if err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
-	}
-	applied := map[int]bool{}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("sqlite: migrate: %w", err)
-		}
-		applied[v] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	// wait bounded by the busy timeout. Migrations are applied in order,
+	// so those recorded are every one up to the highest.
+	var done int
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&done); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
 		if m.Version > last {
 			break
 		}
-		if applied[m.Version] {
+		if m.Version <= done {
 			continue
 		}
 		err := func() error {
