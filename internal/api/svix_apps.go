@@ -163,13 +163,30 @@ func (s *Server) svixAddApp(ctx context.Context, t *core.Tenant) error {
 	now := time.Now().UTC()
 	t.CreatedAt, t.UpdatedAt = now, now
 	ctx = audit.Record(ctx, audit.TenantCreate, t.ID, map[string]any{"name": t.Name, "api": "svix"})
-	if err := s.Store.TenantCreate(ctx, *t, core.APIKey{}); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return &apiError{Status: http.StatusConflict, Code: "conflict", Field: "uid", Message: "uid: an application has it already"}
-		}
-		return err
+	err := s.Store.TenantCreate(ctx, *t, core.APIKey{})
+	if errors.Is(err, store.ErrConflict) && t.ID == t.UID && s.deletedTenant(ctx, t.UID) {
+		// The uid names a deleted application's ID, never given again (its
+		// messages stay for retention): the new one gets an ID of its own,
+		// and the uid reaches it.
+		t.ID = "app_" + strings.ToLower(strings.TrimPrefix(core.NewID("app"), "app_"))
+		err = s.Store.TenantCreate(audit.Record(ctx, audit.TenantCreate, t.ID, map[string]any{"name": t.Name, "api": "svix"}), *t, core.APIKey{})
 	}
-	return nil
+	if errors.Is(err, store.ErrConflict) {
+		return &apiError{Status: http.StatusConflict, Code: "conflict", Field: "uid", Message: "uid: an application has it already"}
+	}
+	return err
+}
+
+// deletedTenant reports whether ref is neither a live tenant's ID nor a
+// live application's uid: what is left of a conflict on an ID is a
+// deleted tenant's.
+func (s *Server) deletedTenant(ctx context.Context, ref string) bool {
+	_, err := s.Store.TenantGet(ctx, ref)
+	if !errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	_, err = s.Store.TenantByUID(ctx, ref)
+	return errors.Is(err, store.ErrNotFound)
 }
 
 func (s *Server) svixGetApp(w http.ResponseWriter, r *http.Request, p principal) error {

@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"regexp"
 	"time"
@@ -43,6 +44,11 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principa
 	k := core.APIKey{ID: core.NewID("key"), TenantID: req.ID, Hash: HashKey(key), Prefix: key[:keyPrefixLen], CreatedAt: now}
 	ctx := audit.Record(r.Context(), audit.TenantCreate, req.ID, map[string]any{"name": req.Name, "key_id": k.ID})
 	err := s.Store.TenantCreate(ctx, core.Tenant{ID: req.ID, Name: req.Name, CreatedAt: now}, k)
+	if errors.Is(err, store.ErrConflict) {
+		// A deleted tenant's ID too: its data stays until retention removes it.
+		return &apiError{Status: http.StatusConflict, Code: "conflict", Field: "id",
+			Message: "id: a tenant has it, or had it (a deleted tenant's ID is not given again)"}
+	}
 	if err != nil {
 		return err
 	}

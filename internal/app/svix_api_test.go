@@ -142,6 +142,9 @@ func TestSvixTenantKeyAndApplicationDelete(t *testing.T) {
 		t.Fatalf("a tenant key lists %v", list)
 	}
 	ep := acme.Must(http.StatusCreated, "POST", "/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	old := acme.Must(http.StatusAccepted, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{"card": "old owner"},
+		"idempotency_key": "ik-old"})["id"].(string)
+	_, unused, _ := strings.Cut(e.admin.Must(http.StatusCreated, "POST", "/v1/tenants/acme/portal-link", nil)["url"].(string), "#/portal/")
 	if st, _ := acme.Do("GET", "/api/v1/app/default", nil); st != 404 {
 		t.Fatalf("another application: %d", st)
 	}
@@ -158,10 +161,32 @@ func TestSvixTenantKeyAndApplicationDelete(t *testing.T) {
 	if st, _ := e.admin.Do("GET", "/api/v1/app/acme", nil); st != 404 {
 		t.Fatalf("the deleted application: %d", st)
 	}
-	// Its ID can be taken again.
-	e.admin.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Acme again", "uid": "acme"})
+	if st, out := e.exchange(unused); st != 401 {
+		t.Fatalf("exchanging the deleted application's unused portal link: %d %v", st, out)
+	}
+	// Its ID is never given again, so no new owner reads what it left for
+	// retention; its uid is taken again.
+	if st, out := e.admin.Do("POST", "/v1/tenants", map[string]any{"id": "acme"}); st != 409 || out["error"].(map[string]any)["field"] != "id" {
+		t.Fatalf("a tenant with the deleted one's ID: %d %v, want 409 on id", st, out)
+	}
+	again := e.admin.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Acme again", "uid": "acme"})
+	if again["id"] == "acme" || again["uid"] != "acme" {
+		t.Fatalf("the new acme: %v, want a new ID with uid acme", again)
+	}
 	if d := e.admin.Must(http.StatusOK, "GET", "/api/v1/app/acme/endpoint", nil)["data"].([]any); len(d) != 0 {
 		t.Fatalf("the new acme has endpoints %v", d)
+	}
+	if d := e.admin.Must(http.StatusOK, "GET", "/api/v1/app/acme/msg", nil)["data"].([]any); len(d) != 0 {
+		t.Fatalf("the new acme lists the old one's messages %v", d)
+	}
+	newKey := e.admin.Must(http.StatusCreated, "POST", "/v1/tenants/"+again["id"].(string)+"/keys", map[string]any{})["api_key"].(string)
+	newOwner := &testenv.Client{T: t, Base: e.base, Token: newKey}
+	if st, _ := newOwner.Do("GET", "/v1/events/"+old, nil); st != 404 {
+		t.Fatalf("the new owner reading the old one's event: %d, want 404", st)
+	}
+	if id := newOwner.Must(http.StatusAccepted, "POST", "/v1/events", map[string]any{"type": "a.b", "payload": map[string]any{},
+		"idempotency_key": "ik-old"})["id"]; id == old {
+		t.Fatalf("the new owner's event took the old one's idempotency key")
 	}
 }
 

@@ -14,12 +14,10 @@ import (
 
 func (s *Store) TenantCreate(ctx context.Context, t core.Tenant, key core.APIKey) error {
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
-		// A deleted tenant's ID is taken again (its rows stay, deleted).
+		// A deleted tenant's ID is never given again: its events,
+		// deliveries and audit stay until retention, keyed by that ID.
 		tag, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at, uid, metadata, rate_limit, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			ON CONFLICT (id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at, uid = excluded.uid,
-				metadata = excluded.metadata, rate_limit = excluded.rate_limit, updated_at = excluded.updated_at, deleted_at = NULL
-			WHERE tenants.deleted_at IS NOT NULL`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
 			t.ID, t.Name, t.CreatedAt, t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ts(t.UpdatedAt))
 		if err != nil {
 			return err
@@ -117,6 +115,10 @@ func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) erro
 		}
 		if tag.RowsAffected() == 0 {
 			return store.ErrNotFound
+		}
+		// Links not yet used die with it; used ones are keys, revoked by the caller.
+		if _, err := tx.Exec(ctx, `DELETE FROM portal_tokens WHERE tenant_id = $1 AND used_at IS NULL`, id); err != nil {
+			return err
 		}
 		return writeAudit(ctx, tx, id)
 	}))
@@ -241,14 +243,16 @@ func (s *Store) PortalLinkCreate(ctx context.Context, l core.PortalLink) error {
 // cost a write transaction.
 func (s *Store) PortalLinkRedeem(ctx context.Context, hash string, now time.Time, key core.APIKey) (core.APIKey, error) {
 	var one int
-	if err := s.pool.QueryRow(ctx, `SELECT 1 FROM portal_tokens WHERE hash = $1 AND used_at IS NULL AND expires_at > $2`,
+	if err := s.pool.QueryRow(ctx, `SELECT 1 FROM portal_tokens WHERE hash = $1 AND used_at IS NULL AND expires_at > $2
+		AND tenant_id IN (SELECT id FROM tenants WHERE deleted_at IS NULL)`,
 		hash, now).Scan(&one); err != nil {
 		return core.APIKey{}, mapErr(err)
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var expires pgtype.Timestamptz
 		err := tx.QueryRow(ctx, `UPDATE portal_tokens SET used_at = $1, key_id = $2
-			WHERE hash = $3 AND used_at IS NULL AND expires_at > $1 RETURNING tenant_id, expires_at`,
+			WHERE hash = $3 AND used_at IS NULL AND expires_at > $1
+				AND tenant_id IN (SELECT id FROM tenants WHERE deleted_at IS NULL) RETURNING tenant_id, expires_at`,
 			now, key.ID, hash).Scan(&key.TenantID, &expires)
 		if err != nil {
 			return err

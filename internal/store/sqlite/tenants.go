@@ -12,12 +12,10 @@ import (
 
 func (s *Store) TenantCreate(ctx context.Context, t core.Tenant, key core.APIKey) error {
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
-		// A deleted tenant's ID is taken again (its rows stay, deleted).
+		// A deleted tenant's ID is never given again: its events,
+		// deliveries and audit stay until retention, keyed by that ID.
 		res, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, name, created_at, uid, metadata, rate_limit, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at, uid = excluded.uid,
-				metadata = excluded.metadata, rate_limit = excluded.rate_limit, updated_at = excluded.updated_at, deleted_at = NULL
-			WHERE tenants.deleted_at IS NOT NULL`,
+			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 			t.ID, t.Name, ns(t.CreatedAt), t.UID, store.EncodeMetadata(t.Metadata), t.RateLimit, ns(t.UpdatedAt))
 		if err != nil {
 			return err
@@ -111,6 +109,10 @@ func (s *Store) TenantDelete(ctx context.Context, id string, now time.Time) erro
 		res, err := tx.ExecContext(ctx, `UPDATE tenants SET deleted_at = ?, updated_at = ? WHERE id = ? AND deleted_at IS NULL`,
 			ns(now), ns(now), id)
 		if err := mustAffect(res, err); err != nil {
+			return err
+		}
+		// Links not yet used die with it; used ones are keys, revoked by the caller.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM portal_tokens WHERE tenant_id = ? AND used_at = 0`, id); err != nil {
 			return err
 		}
 		return writeAudit(ctx, tx, id)
@@ -239,14 +241,16 @@ func (s *Store) PortalLinkCreate(ctx context.Context, l core.PortalLink) error {
 // token that names no live link must not cost the one writer a transaction.
 func (s *Store) PortalLinkRedeem(ctx context.Context, hash string, now time.Time, key core.APIKey) (core.APIKey, error) {
 	var one int
-	if err := s.r.QueryRowContext(ctx, `SELECT 1 FROM portal_tokens WHERE hash = ? AND used_at = 0 AND expires_at > ?`,
+	if err := s.r.QueryRowContext(ctx, `SELECT 1 FROM portal_tokens WHERE hash = ? AND used_at = 0 AND expires_at > ?
+		AND tenant_id IN (SELECT id FROM tenants WHERE deleted_at IS NULL)`,
 		hash, ns(now)).Scan(&one); err != nil {
 		return core.APIKey{}, mapErr(err)
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var expires int64
 		err := tx.QueryRowContext(ctx, `UPDATE portal_tokens SET used_at = ?, key_id = ?
-			WHERE hash = ? AND used_at = 0 AND expires_at > ? RETURNING tenant_id, expires_at`,
+			WHERE hash = ? AND used_at = 0 AND expires_at > ?
+				AND tenant_id IN (SELECT id FROM tenants WHERE deleted_at IS NULL) RETURNING tenant_id, expires_at`,
 			ns(now), key.ID, hash, ns(now)).Scan(&key.TenantID, &expires)
 		if err != nil {
 			return err

@@ -75,4 +75,13 @@ func testPortalLinks(t *testing.T, s store.Store) {
 	if won != 1 || lost != 7 {
 		t.Fatalf("8 racing exchanges of one link: %d won, %d lost; want 1 and 7", won, lost)
 	}
+
+	// A deleted tenant's unused link is refused, and makes no key.
+	unused := link(time.Hour)
+	noErr(t, "TenantDelete", s.TenantDelete(f.ctx, a.ID, at(time.Minute)))
+	orphan := key()
+	_, err = s.PortalLinkRedeem(f.ctx, unused.Hash, at(2*time.Minute), orphan)
+	wantErr(t, "PortalLinkRedeem(deleted tenant)", err, store.ErrNotFound)
+	_, err = s.APIKeyByHash(f.ctx, orphan.Hash)
+	wantErr(t, "APIKeyByHash(key of a deleted tenant's link)", err, store.ErrNotFound)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // What the Svix-compatible API keeps of a tenant: created without a key,
-// found by uid, listed, updated, deleted and its ID taken again.
+// found by uid, listed, updated, deleted, its uid taken again and its ID not.
 func testTenantsAsApplications(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	app := core.Tenant{ID: "app_one", Name: "One", CreatedAt: t0, UID: "One.Upper",
@@ -52,7 +52,8 @@ func testTenantsAsApplications(t *testing.T, s store.Store) {
 	}
 	same(t, "tenants listed", seen, []string{"app_one", "app_two", core.DefaultTenant})
 
-	// Deleted: gone from reads, its uid free, its ID taken again by a new one.
+	// Deleted: gone from reads, its uid free, its ID never given again
+	// (its events stay for retention, keyed by it).
 	noErr(t, "TenantDelete", s.TenantDelete(f.ctx, app.ID, at(time.Hour)))
 	wantErr(t, "TenantDelete(again)", s.TenantDelete(f.ctx, app.ID, at(time.Hour)), store.ErrNotFound)
 	_, err = s.TenantGet(f.ctx, app.ID)
@@ -63,11 +64,15 @@ func testTenantsAsApplications(t *testing.T, s store.Store) {
 	noErr(t, "TenantList", err)
 	same(t, "tenants after delete", ids(page.Data, func(t core.Tenant) string { return t.ID }), []string{"app_two", core.DefaultTenant})
 	again := core.Tenant{ID: app.ID, Name: "One again", CreatedAt: at(2 * time.Hour)}
-	noErr(t, "TenantCreate(a deleted ID)", s.TenantCreate(f.ctx, again, core.APIKey{}))
-	got, err = s.TenantGet(f.ctx, app.ID)
-	noErr(t, "TenantGet(again)", err)
-	same(t, "taken again", got, again)
-	wantErr(t, "TenantCreate(a live ID)", s.TenantCreate(f.ctx, again, core.APIKey{}), store.ErrConflict)
+	wantErr(t, "TenantCreate(a deleted ID)", s.TenantCreate(f.ctx, again, core.APIKey{}), store.ErrConflict)
+	_, err = s.TenantGet(f.ctx, app.ID)
+	wantErr(t, "TenantGet(a deleted ID, after a create)", err, store.ErrNotFound)
+	fresh := core.Tenant{ID: "app_three", UID: "One.Upper", Name: "One again", CreatedAt: at(2 * time.Hour)}
+	noErr(t, "TenantCreate(the deleted one's uid)", s.TenantCreate(f.ctx, fresh, core.APIKey{}))
+	got, err = s.TenantByUID(f.ctx, "One.Upper")
+	noErr(t, "TenantByUID(again)", err)
+	same(t, "uid taken again", got.ID, fresh.ID)
+	wantErr(t, "TenantCreate(a live ID)", s.TenantCreate(f.ctx, fresh, core.APIKey{}), store.ErrConflict)
 }
 
 // An endpoint's uid, description, metadata and wire-header flag round-trip,
