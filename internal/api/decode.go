@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"maps"
@@ -32,7 +33,12 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error { return decode
 // decodeJSON is decode; with strict false an unknown member is passed
 // over, as Svix's server does (its SDKs may send fields hookd lacks).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, strict bool) error {
-	body := http.MaxBytesReader(w, r.Body, maxBody)
+	body := bufio.NewReader(http.MaxBytesReader(w, r.Body, maxBody))
+	// null would decode as {} (nothing set), and a PATCH of nothing still
+	// writes: every body is an object or refused.
+	if c, err := firstByte(body); err == nil && c != '{' {
+		return errBadRequest("body", "must be one JSON object")
+	}
 	if err := json.UnmarshalRead(body, v, json.RejectUnknownMembers(strict)); err != nil {
 		return decodeError(err)
 	}
@@ -40,6 +46,38 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, strict bool) erro
 		return errBadRequest(field, `must not contain the NUL character (\u0000)`)
 	}
 	return nil
+}
+
+// noBody reads the body of a call that takes none: nothing, or {} (some
+// clients send one with every POST). Anything else is refused, and the
+// call does not go ahead on a body it would have ignored.
+func noBody(w http.ResponseWriter, r *http.Request) error {
+	body := bufio.NewReader(http.MaxBytesReader(w, r.Body, maxBody))
+	if _, err := firstByte(body); err == io.EOF {
+		return nil
+	} else if err != nil {
+		return decodeError(err)
+	}
+	r.Body = io.NopCloser(body)
+	if err := decode(w, r, &struct{}{}); err != nil {
+		return errBadRequest("body", "must be empty or {}: this call takes no body")
+	}
+	return nil
+}
+
+// firstByte is br's first byte past JSON whitespace, left unread.
+func firstByte(br *bufio.Reader) (byte, error) {
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c, br.UnreadByte()
+	}
 }
 
 // nulField names the first string of a request holding NUL (U+0000):

@@ -193,6 +193,9 @@ func queryTime(q map[string][]string, name string) (time.Time, error) {
 // replayDelivery sends a delivery again: same webhook-id, signed afresh,
 // through its subscription's queue and admission like any other.
 func (s *Server) replayDelivery(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := noBody(w, r); err != nil {
+		return err
+	}
 	id := r.PathValue("id")
 	d, err := s.Store.DeliveryReplay(audit.Record(r.Context(), audit.ReplayDelivery, id, nil), p.scope(), id, time.Now().UTC())
 	if errors.Is(err, store.ErrConflict) {

@@ -124,6 +124,9 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, p principal) e
 // even the one it calls with and even its last: one that believes its key
 // leaked must be able to stop it now. The admin can always issue another.
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := noBody(w, r); err != nil {
+		return err
+	}
 	tenant, err := s.tenantFor(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err

@@ -228,6 +228,9 @@ func (s *Server) getReplay(w http.ResponseWriter, r *http.Request, p principal) 
 // cancelReplay stops a running job on every node: each step reads the
 // job's state in its own transaction. What it put back stays in line.
 func (s *Server) cancelReplay(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := noBody(w, r); err != nil {
+		return err
+	}
 	// Read first for the audit entry's target, the subscription, as for
 	// replay.subscription; the cancel itself checks the state again.
 	j, err := s.Store.ReplayJobGet(r.Context(), p.scope(), r.PathValue("id"))

@@ -331,6 +331,9 @@ func (s *Server) patchSubscription(w http.ResponseWriter, r *http.Request, p pri
 }
 
 func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := noBody(w, r); err != nil {
+		return err
+	}
 	if err := s.Subs.Delete(r.Context(), p.scope(), r.PathValue("id")); err != nil {
 		return err
 	}
@@ -341,6 +344,9 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p pr
 // rotateSecret issues a new secret; the old one keeps signing for 24 h so
 // receivers can switch without missing a delivery.
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := noBody(w, r); err != nil {
+		return err
+	}
 	sub, err := s.Subs.Rotate(r.Context(), p.scope(), r.PathValue("id"))
 	if err != nil {
 		return err

@@ -166,7 +166,15 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"count bad event_types", "GET", "/v1/subscriptions/" + sub + "/deliveries/count?event_types=a.b,A", nil, 400, "event_types"},
 		{"count bad since", "GET", "/v1/subscriptions/" + sub + "/deliveries/count?since=x", nil, 400, "since"},
 		{"list bad include", "GET", "/v1/subscriptions?include=everything", nil, 400, "include"},
+		{"tenant null", "POST", "/v1/tenants", `null`, 400, "body"},
+		{"event null", "POST", "/v1/events", ` null`, 400, "body"},
+		{"patch null", "PATCH", "/v1/subscriptions/" + sub, `null`, 400, "body"},
+		{"rotate with a body", "POST", "/v1/subscriptions/" + sub + "/rotate-secret", `{"x":1} trailing`, 400, "body"},
+		{"rotate with junk", "POST", "/v1/subscriptions/" + sub + "/rotate-secret", `not json at all`, 400, "body"},
+		{"delete with a body", "DELETE", "/v1/subscriptions/" + sub, `{"force":true}`, 400, "body"},
 	}
+	before := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub, nil)
+	tenants := len(e.admin.Must(200, "GET", "/v1/tenants", nil)["data"].([]any))
 	for _, c := range cases {
 		st, out := e.admin.Do(c.method, c.path, c.body)
 		if st != c.status || errField(out) != c.field {
@@ -187,6 +195,15 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	if rc.Count() != 0 {
 		t.Errorf("receiver got %d requests after bad input", rc.Count())
 	}
+	if after := e.admin.Must(200, "GET", "/v1/subscriptions/"+sub, nil); after["updated_at"] != before["updated_at"] ||
+		after["previous_secret_expires_at"] != before["previous_secret_expires_at"] {
+		t.Errorf("subscription changed by bad input: %v, was %v", after, before)
+	}
+	if n := len(e.admin.Must(200, "GET", "/v1/tenants", nil)["data"].([]any)); n != tenants {
+		t.Errorf("%d tenants after bad input, want %d", n, tenants)
+	}
+	// A call that takes no body still takes {}.
+	e.admin.Must(200, "POST", "/v1/subscriptions/"+sub+"/rotate-secret", map[string]any{})
 }
 
 func TestIdempotencyKey(t *testing.T) {
