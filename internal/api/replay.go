@@ -86,13 +86,13 @@ func replayStates(in []string) ([]core.DeliveryState, error) {
 }
 
 // replayRate is the pace asked for, within the bounds that need no
-// subscription: more than 0, at most core.ReplayRateMax. 0: not given.
+// subscription: core.RateMin to core.ReplayRateMax. 0: not given.
 func replayRate(rate *float64) (float64, error) {
 	if rate == nil {
 		return 0, nil
 	}
-	if !(*rate > 0) || *rate > core.ReplayRateMax {
-		return 0, errInvalid("rate", "must be more than 0 and at most "+strconv.Itoa(core.ReplayRateMax)+" deliveries per second")
+	if !(*rate >= core.RateMin) || *rate > core.ReplayRateMax {
+		return 0, errInvalid("rate", "must be from 0.001 to "+strconv.Itoa(core.ReplayRateMax)+" deliveries per second")
 	}
 	return *rate, nil
 }

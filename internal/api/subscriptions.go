@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -148,8 +149,8 @@ func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
 		next.MaxConcurrency = *f.MaxConcurrency
 	}
 	if f.RateLimit != nil {
-		if *f.RateLimit < 0 || *f.RateLimit > 100000 {
-			return errInvalid("rate_limit", "must be between 0 (unlimited) and 100000 per second")
+		if r := *f.RateLimit; r != 0 && (!(r >= core.RateMin) || r > 100000) {
+			return errInvalid("rate_limit", "must be 0 (unlimited), or from 0.001 to 100000 per second")
 		}
 		next.RateLimit = *f.RateLimit
 	}
@@ -157,6 +158,9 @@ func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
 		for i, c := range *f.RetryStatusCodes {
 			if c < 300 || c > 499 {
 				return errInvalid(fmt.Sprintf("retry_status_codes[%d]", i), "must be a 3xx or 4xx status")
+			}
+			if slices.Contains((*f.RetryStatusCodes)[:i], c) {
+				return errInvalid(fmt.Sprintf("retry_status_codes[%d]", i), "is given twice")
 			}
 		}
 		next.RetryStatusCodes = *f.RetryStatusCodes

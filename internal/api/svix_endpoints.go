@@ -75,7 +75,11 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 	if err != nil {
 		return err
 	}
-	if set && (null || len(types) == 0) || !set && !patch {
+	if set && !null && len(types) == 0 {
+		// [] reads as "none" to a client and as "all" to Svix's absent.
+		return errInvalid("filterTypes", "must name at least one event type (absent or null: every type)")
+	}
+	if set && null || !set && !patch {
 		types = []string{"*"}
 	}
 	if types != nil {

@@ -55,6 +55,8 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "rateLimit": -1}, 422, "body.rateLimit"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "secret": "whsec_short"}, 422, "body.secret"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "headers": map[string]string{"webhook-id": "x"}}, 422, "body.headers.webhook-id"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "headers": map[string]string{"svix-signature": "v1,FORGED"}}, 422, "body.headers.svix-signature"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "filterTypes": []string{}}, 422, "body.filterTypes"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "channels": []string{"c"}}, 501, "not_implemented"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": 5}, 400, "bad_request"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "Order.Created", "payload": map[string]any{}}, 422, "body.eventType"},

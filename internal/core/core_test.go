@@ -142,6 +142,7 @@ func TestValidateHeaders(t *testing.T) {
 		says  string
 	}{
 		{"webhook-*", map[string]string{"Webhook-Signature": "v1,x"}, "headers.Webhook-Signature", "set by hookd"},
+		{"svix-*", map[string]string{"svix-signature": "v1,FORGED"}, "headers.svix-signature", "set by hookd"},
 		{"content-type", map[string]string{"content-type": "text/plain"}, "headers.content-type", "set by hookd"},
 		{"content-length", map[string]string{"Content-Length": "1"}, "headers.Content-Length", "set by hookd"},
 		{"host", map[string]string{"Host": "internal"}, "headers.Host", "set by hookd"},

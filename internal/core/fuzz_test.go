@@ -108,7 +108,7 @@ func checkHeader(t *testing.T, name, value string) {
 		t.Errorf("ValidateHeaders accepted name %q, not an HTTP token", name)
 	}
 	lower := strings.ToLower(name)
-	if strings.HasPrefix(lower, "webhook-") || strings.HasPrefix(lower, "proxy-") || slices.Contains([]string{
+	if strings.HasPrefix(lower, "webhook-") || strings.HasPrefix(lower, "svix-") || strings.HasPrefix(lower, "proxy-") || slices.Contains([]string{
 		"content-type", "content-length", "host", "user-agent",
 		"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
 	}, lower) {

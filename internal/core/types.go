@@ -249,6 +249,11 @@ var ReplayStatesDefault = []DeliveryState{DeliveryFailed, DeliverySkipped}
 // ReplayRateMax bounds a replay job's pace (deliveries put back per second).
 const ReplayRateMax = 500
 
+// RateMin is the slowest pace a rate_limit or a replay's rate may ask,
+// deliveries per second (one in about 17 minutes): below it a delivery
+// waits for hours or, at 1e-300, for ever, and nothing says why.
+const RateMin = 0.001
+
 // ReplayJob puts a subscription's deliveries in States created in
 // [Since, Until) back in line, paced at Rate, so a recovered endpoint gets
 // what it missed without a flood.

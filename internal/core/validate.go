@@ -221,7 +221,7 @@ func ValidateHeaders(field string, h map[string]string) (map[string]string, erro
 // hookd sets it, or it governs the connection rather than the request.
 func reservedHeader(name string) string {
 	switch {
-	case strings.HasPrefix(name, "webhook-"), name == "content-type", name == "content-length",
+	case strings.HasPrefix(name, "webhook-"), strings.HasPrefix(name, "svix-"), name == "content-type", name == "content-length",
 		name == "host", name == "user-agent":
 		return "is set by hookd"
 	case strings.HasPrefix(name, "proxy-"), name == "connection", name == "keep-alive", name == "te",
