@@ -26,8 +26,11 @@ type auditJSON struct {
 // tenant's entries, the admin every tenant's or tenant_id's.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
-	params := store.AuditListParams{Cursor: q.Get("cursor")}
-	var err error
+	cursor, err := idCursor(q, "aud")
+	if err != nil {
+		return err
+	}
+	params := store.AuditListParams{Cursor: cursor}
 	if params.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		return err
 	}

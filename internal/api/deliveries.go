@@ -147,8 +147,11 @@ func headerMap(text string) map[string]string {
 
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
-	params := store.DeliveryListParams{TenantID: p.scope(), SubscriptionID: r.PathValue("id"), Cursor: q.Get("cursor")}
-	var err error
+	cursor, err := idCursor(q, "dlv")
+	if err != nil {
+		return err
+	}
+	params := store.DeliveryListParams{TenantID: p.scope(), SubscriptionID: r.PathValue("id"), Cursor: cursor}
 	if params.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		return err
 	}

@@ -178,8 +178,11 @@ func healthStatus(sub core.Subscription, h healthJSON) string {
 // so an operator sees every broken endpoint in one place.
 func (s *Server) listFailing(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
-	params := store.SubscriptionListParams{Cursor: q.Get("cursor"), Failing: true}
-	var err error
+	cursor, err := idCursor(q, "sub")
+	if err != nil {
+		return err
+	}
+	params := store.SubscriptionListParams{Cursor: cursor, Failing: true}
 	if params.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		return err
 	}

@@ -111,7 +111,11 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, p principal) e
 	if err != nil {
 		return err
 	}
-	page, err := s.Store.APIKeyList(r.Context(), store.APIKeyListParams{TenantID: tenant, Cursor: q.Get("cursor"), Limit: limit})
+	cursor, err := idCursor(q, "key")
+	if err != nil {
+		return err
+	}
+	page, err := s.Store.APIKeyList(r.Context(), store.APIKeyListParams{TenantID: tenant, Cursor: cursor, Limit: limit})
 	if err != nil {
 		return err
 	}

@@ -200,6 +200,17 @@ func timeRangeOf(q url.Values) (since, until time.Time, err error) {
 	return
 }
 
+// idCursor reads the cursor of a list paged by ID: an ID of its kind
+// (prefix), as next_cursor gave it. Anything else is refused: it would
+// answer a first page again, or an empty one, and a client would loop.
+func idCursor(q url.Values, prefix string) (string, error) {
+	c := q.Get("cursor")
+	if _, ok := core.IDTime(c); c != "" && (!ok || !strings.HasPrefix(c, prefix+"_")) {
+		return "", errBadRequest("cursor", "is not a next_cursor this list gave")
+	}
+	return c, nil
+}
+
 // timeCursor reads a cursor of a list in time order, of keys IDs.
 func timeCursor(q url.Values, keys int) (string, error) {
 	c := q.Get("cursor")

@@ -252,8 +252,11 @@ func (s *Server) cancelReplay(w http.ResponseWriter, r *http.Request, p principa
 // listReplays pages a subscription's jobs, newest first.
 func (s *Server) listReplays(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
-	params := store.ReplayJobListParams{TenantID: p.scope(), SubscriptionID: r.PathValue("id"), Cursor: q.Get("cursor")}
-	var err error
+	cursor, err := idCursor(q, "rpl")
+	if err != nil {
+		return err
+	}
+	params := store.ReplayJobListParams{TenantID: p.scope(), SubscriptionID: r.PathValue("id"), Cursor: cursor}
 	if params.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		return err
 	}

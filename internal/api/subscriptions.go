@@ -251,8 +251,12 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
+	cursor, err := idCursor(q, "sub")
+	if err != nil {
+		return err
+	}
 	page, err := s.Store.SubscriptionList(r.Context(), store.SubscriptionListParams{
-		TenantID: tenant, Cursor: q.Get("cursor"), Limit: limit,
+		TenantID: tenant, Cursor: cursor, Limit: limit,
 	})
 	if err != nil {
 		return err

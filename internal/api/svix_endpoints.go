@@ -174,7 +174,11 @@ func (s *Server) svixListEndpoints(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
-	page, err := s.Store.SubscriptionList(r.Context(), store.SubscriptionListParams{TenantID: app.ID, Cursor: subIDOf(iter), Limit: limit})
+	cursor := subIDOf(iter)
+	if _, ok := core.IDTime(cursor); iter != "" && (!ok || !strings.HasPrefix(cursor, "sub_")) {
+		return errQuery("iterator", "is not an iterator this list gave")
+	}
+	page, err := s.Store.SubscriptionList(r.Context(), store.SubscriptionListParams{TenantID: app.ID, Cursor: cursor, Limit: limit})
 	if err != nil {
 		return err
 	}

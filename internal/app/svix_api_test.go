@@ -78,6 +78,9 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 	if st, out := a.Do("GET", "/api/v1/app/acme/msg?limit=0", nil); st != 422 || svixLoc(out) != "query.limit" {
 		t.Errorf("limit=0: %d %v", st, out)
 	}
+	if st, out := a.Do("GET", "/api/v1/app/acme/endpoint?iterator=garbage", nil); st != 422 || svixLoc(out) != "query.iterator" {
+		t.Errorf("iterator=garbage: %d %v", st, out)
+	}
 	// Older SDKs end paths with a slash; the envelope says the limit applied.
 	if out := a.Must(http.StatusOK, "GET", "/api/v1/app/?limit=250", nil); out["limit"] != float64(100) || out["done"] != true || out["prevIterator"] != nil {
 		t.Errorf("the application list's envelope: %v", out)
