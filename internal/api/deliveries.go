@@ -201,6 +201,9 @@ func (s *Server) replayDelivery(w http.ResponseWriter, r *http.Request, p princi
 	}
 	id := r.PathValue("id")
 	d, err := s.Store.DeliveryReplay(audit.Record(r.Context(), audit.ReplayDelivery, id, nil), p.scope(), id, time.Now().UTC())
+	if errors.Is(err, store.ErrDisabled) {
+		return errReplayDisabled
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return &apiError{Status: http.StatusConflict, Code: "conflict",
 			Message: "delivery is already pending, or its subscription was deleted"}

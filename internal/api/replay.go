@@ -97,6 +97,11 @@ func replayRate(rate *float64) (float64, error) {
 	return *rate, nil
 }
 
+// errReplayDisabled refuses a replay into a disabled subscription: what it
+// put back would wait there unsent, and a job would report done.
+var errReplayDisabled = &apiError{Status: http.StatusConflict, Code: "conflict", Field: "state",
+	Message: "state: the subscription is disabled; make it active (PATCH {\"state\": \"active\"}), then replay"}
+
 // replaySubscription starts a bulk replay: the subscription's deliveries
 // in the states asked (failed and skipped by default) created in
 // [since, until) go back in line as a job, at the job's rate, then through
@@ -158,6 +163,9 @@ func (s *Server) replaySubscription(w http.ResponseWriter, r *http.Request, p pr
 // way both APIs start one.
 func (s *Server) startReplay(ctx context.Context, sub core.Subscription, since, until time.Time, eventTypes []string,
 	states []core.DeliveryState, rate float64) (core.ReplayJob, error) {
+	if sub.State == core.SubDisabled {
+		return core.ReplayJob{}, errReplayDisabled
+	}
 	if states == nil {
 		states = slices.Clone(core.ReplayStatesDefault)
 	}

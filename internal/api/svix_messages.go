@@ -423,6 +423,9 @@ func (s *Server) svixResend(w http.ResponseWriter, r *http.Request, p principal)
 			continue
 		}
 		d, err := s.Store.DeliveryReplay(audit.Record(r.Context(), audit.ReplayDelivery, d.ID, nil), app.ID, d.ID, time.Now().UTC())
+		if errors.Is(err, store.ErrDisabled) {
+			return errReplayDisabled
+		}
 		if errors.Is(err, store.ErrConflict) {
 			return &apiError{Status: http.StatusConflict, Code: "conflict", Message: "the message is still pending at this endpoint"}
 		}

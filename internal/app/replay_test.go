@@ -233,6 +233,19 @@ func TestReplayStatesRateListAndRefusals(t *testing.T) {
 			t.Errorf("rate over rate_limit: %v, want the limit named", out)
 		}
 	}
+	// Disabled: neither kind of replay, since what it put back would wait
+	// there unsent (and the job report done).
+	e.admin.Must(http.StatusOK, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "disabled"})
+	if st, out := replay(map[string]any{"states": []string{"delivered"}}); st != 409 || errField(out) != "state" {
+		t.Errorf("bulk replay into a disabled subscription: %d %v, want 409 on state", st, out)
+	}
+	if st, out := e.admin.Do("POST", "/v1/deliveries/"+dlvs[0]+"/replay", nil); st != 409 || errField(out) != "state" {
+		t.Errorf("replay into a disabled subscription: %d %v, want 409 on state", st, out)
+	}
+	if d := e.admin.Must(http.StatusOK, "GET", "/v1/deliveries/"+dlvs[0], nil); d["state"] != "delivered" {
+		t.Errorf("refused replay left the delivery %v", d["state"])
+	}
+	e.admin.Must(http.StatusOK, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"state": "active"})
 	if n := count(t, db, "SELECT count(*) FROM replay_jobs"); n != 0 {
 		t.Fatalf("refused replays wrote %d jobs", n)
 	}

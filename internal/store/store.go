@@ -29,6 +29,9 @@ var (
 	// PostgreSQL disk_full). Nothing was written; reads may still work.
 	// Any writing method may return it.
 	ErrFull = errors.New("store full")
+	// ErrDisabled: the change would put a delivery back in line for a
+	// disabled subscription, which sends nothing. It is an ErrConflict.
+	ErrDisabled = fmt.Errorf("%w: the subscription is disabled", ErrConflict)
 	// ErrInvalidCursor: a list's cursor is not one the store made.
 	ErrInvalidCursor = errors.New("invalid cursor")
 	// ErrLimit: the write would take its tenant past a limit it was given;

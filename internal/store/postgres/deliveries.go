@@ -123,17 +123,21 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var state core.DeliveryState
 		var host string
+		var subState core.SubscriptionState
 		var deleted pgtype.Timestamptz
 		// Locked: of two replays at once, the second sees pending. NO KEY:
 		// attempts referencing the row need not wait.
-		err := tx.QueryRow(ctx, `SELECT d.state, s.host, s.deleted_at FROM deliveries d
+		err := tx.QueryRow(ctx, `SELECT d.state, s.host, s.state, s.deleted_at FROM deliveries d
 			JOIN subscriptions s ON s.id = d.subscription_id
-			WHERE d.id = $1 AND ($2 = '' OR d.tenant_id = $2) FOR NO KEY UPDATE OF d`, id, tenantID).Scan(&state, &host, &deleted)
+			WHERE d.id = $1 AND ($2 = '' OR d.tenant_id = $2) FOR NO KEY UPDATE OF d`, id, tenantID).Scan(&state, &host, &subState, &deleted)
 		if err != nil {
 			return err
 		}
 		if state == core.DeliveryPending || deleted.Valid {
 			return store.ErrConflict
+		}
+		if subState == core.SubDisabled {
+			return store.ErrDisabled
 		}
 		// Back in line under the subscription's current host, which may
 		// have changed since the delivery was last sent.

@@ -131,15 +131,19 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var state core.DeliveryState
 		var host string
+		var subState core.SubscriptionState
 		var deleted sql.NullInt64
-		err := tx.QueryRowContext(ctx, `SELECT d.state, s.host, s.deleted_at FROM deliveries d
+		err := tx.QueryRowContext(ctx, `SELECT d.state, s.host, s.state, s.deleted_at FROM deliveries d
 			JOIN subscriptions s ON s.id = d.subscription_id
-			WHERE d.id = ? AND (? = '' OR d.tenant_id = ?)`, id, tenantID, tenantID).Scan(&state, &host, &deleted)
+			WHERE d.id = ? AND (? = '' OR d.tenant_id = ?)`, id, tenantID, tenantID).Scan(&state, &host, &subState, &deleted)
 		if err != nil {
 			return err
 		}
 		if state == core.DeliveryPending || deleted.Valid {
 			return store.ErrConflict
+		}
+		if subState == core.SubDisabled {
+			return store.ErrDisabled
 		}
 		// Back in line under the subscription's current host, which may
 		// have changed since the delivery was last sent.

@@ -517,6 +517,14 @@ func testDeliveryReplay(t *testing.T, s store.Store) {
 	d2 := dis
 	d2.State = core.SubDisabled
 	noErr(t, "disable", s.SubscriptionUpdate(f.ctx, d2))
+	// Not while disabled: it would wait there, unsent, with nothing saying so.
+	_, err = s.DeliveryReplay(f.ctx, "", sk.ID, now)
+	wantErr(t, "DeliveryReplay(disabled subscription)", err, store.ErrDisabled)
+	if st := f.state(sk.ID); st != core.DeliverySkipped {
+		t.Fatalf("refused replay changed state to %s", st)
+	}
+	d2.State = core.SubActive
+	noErr(t, "enable", s.SubscriptionUpdate(f.ctx, d2))
 	got, err := s.DeliveryReplay(f.ctx, "", sk.ID, now)
 	noErr(t, "DeliveryReplay(skipped)", err)
 	if got.State != core.DeliveryPending || !got.NextAttemptAt.Equal(now) {
