@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,7 @@ type App struct {
 	stopping atomic.Bool
 	// guard also refuses this node's own listeners (Listen, Serve).
 	guard *send.Guard
+	lock  *os.File // a SQLite database's node lock, released at Shutdown
 }
 
 // OpenStore opens the store a --db value names, running migrations: a
@@ -140,6 +142,21 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		cfg.Keys = k
 	}
 	cfg.Log.Info("secrets sealed at rest", "sealing_key", cfg.Keys.IDs()[0], "keys", strings.Join(cfg.Keys.IDs(), ","))
+	// Locked before the store opens: a second node must not even migrate
+	// or reseal what the first one serves.
+	var lock *os.File // held for the node's life: see lockNode
+	if !isPostgres(cfg.DB) {
+		var err error
+		if lock, err = lockNode(cfg.DB); err != nil {
+			return nil, err
+		}
+	}
+	opened := false
+	defer func() {
+		if !opened && lock != nil {
+			lock.Close()
+		}
+	}()
 	st, err := OpenStore(ctx, cfg.DB, cfg.Keys)
 	if err != nil {
 		return nil, err
@@ -252,6 +269,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	root.Handle("GET /ui/", ui.Handler(cfg.FrameAncestors))
 	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	a.http = cfg.HTTP.server(api.Wrap(cfg.Log, root), cfg.Log)
+	a.lock, opened = lock, true
 	return a, nil
 }
 
@@ -322,5 +340,8 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.dispatch.Stop(ctx)
 	a.outage.Stop()
 	serr := a.store.Close()
+	if a.lock != nil {
+		a.lock.Close()
+	}
 	return errors.Join(herr, kerr, serr)
 }
