@@ -198,37 +198,43 @@ func TestRetryAfterPausesTheHostOnlyForTwoEndpoints(t *testing.T) {
 	}
 }
 
-// Most endpoints failing at once is host-wide evidence; a few failing
-// among many healthy ones is not, however often they fail.
+// Most endpoints failing at once, none of the others being served, is
+// host-wide evidence; a few failing among many healthy ones is not, however
+// often they fail, and nor is any number beside one the host serves.
 func TestMostEndpointsFailing(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	build := func(failing, healthy int) *host {
+	build := func(failing, healthy, quiet int) *host {
 		h := &host{name: "gw.example:443", lanes: map[string]*lane{}}
-		for i := range failing + healthy {
+		for i := range failing + healthy + quiet {
 			l := &lane{subID: fmt.Sprintf("sub_%d", i), lastStart: now}
+			h.lanes[l.subID] = l
+			if i >= failing+healthy {
+				continue // active, no attempt in the look-back
+			}
 			fail := i < failing
 			for k := range 7 { // three endpoints' worth reach the volume
 				at := now.Add(time.Duration(k-7) * time.Second)
 				l.outcomes.add(at, fail, false)
 				h.outcomes.add(at, fail, false)
 			}
-			h.lanes[l.subID] = l
 		}
 		return h
 	}
 	for _, c := range []struct {
-		failing, healthy int
-		want             bool
+		failing, healthy, quiet int
+		want                    bool
 	}{
-		{3, 0, true},
-		{3, 2, true},
-		{2, 0, false}, // fewer than three endpoints
-		{3, 3, false}, // not more than half
-		{10, 90, false},
-		{60, 40, true},
+		{3, 0, 0, true},
+		{3, 0, 2, true},  // the others sent nothing lately: no evidence the host serves
+		{3, 1, 0, false}, // one endpoint succeeding: the host serves
+		{2, 0, 0, false}, // fewer than three endpoints
+		{3, 0, 3, false}, // not more than half
+		{10, 90, 0, false},
+		{60, 40, 0, false},
+		{60, 0, 40, true},
 	} {
-		if got := build(c.failing, c.healthy).mostEndpointsFailing(now); got != c.want {
-			t.Errorf("%d failing, %d healthy: %v, want %v", c.failing, c.healthy, got, c.want)
+		if got := build(c.failing, c.healthy, c.quiet).mostEndpointsFailing(now); got != c.want {
+			t.Errorf("%d failing, %d succeeding, %d quiet: %v, want %v", c.failing, c.healthy, c.quiet, got, c.want)
 		}
 	}
 }

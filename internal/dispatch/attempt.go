@@ -40,7 +40,7 @@ func (d *Dispatcher) stepLocked(h *host, now time.Time) {
 	share := h.share(hostCap, now) // starting changes no lane's activity: work was queued
 	if d.mayStartLocked(now) {
 		for h.admits(hostCap, now) {
-			l, sub := d.pickLocked(h, share, now)
+			l, sub := d.pickLocked(h, hostCap, share, now)
 			if l == nil {
 				break
 			}

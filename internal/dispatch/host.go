@@ -263,17 +263,45 @@ func (l *lane) healthy(now time.Time) bool {
 	return t.fail == 0 || float64(t.n-t.fail) >= rampHealthyRatio*float64(t.n)
 }
 
-// share is the most attempts one endpoint of h may hold: the cap split
-// evenly among its active endpoints, max(1, ceil(cap / active)). An idle
-// host's cap goes to its one busy endpoint.
-func (h *host) share(hostCap int, now time.Time) int {
+// share is the host's cap split evenly among its active endpoints: each
+// is sure of floor (cap / active, at least one) and may hold up to ceil
+// while the slots left over still cover what the other active endpoints'
+// floors claim (claimed). The ceilings alone add up past the cap: five
+// endpoints that hang would hold all ten slots and a sixth, healthy one
+// would wait for their timeouts. An idle host's cap goes to its one busy
+// endpoint.
+type share struct{ floor, ceil, claimed int }
+
+func (h *host) share(hostCap int, now time.Time) share {
 	active := 0
 	for _, l := range h.lanes {
 		if l.active(now) {
 			active++
 		}
 	}
-	return max(1, (hostCap+active-1)/max(1, active))
+	n := max(1, active)
+	return share{floor: max(1, hostCap/n), ceil: max(1, (hostCap+n-1)/n)}
+}
+
+// claim sets sh.claimed: the slots the active endpoints' floors still
+// need, beyond what they hold.
+func (h *host) claim(sh share, now time.Time) share {
+	sh.claimed = 0
+	for _, l := range h.lanes {
+		if l.active(now) {
+			sh.claimed += max(0, sh.floor-l.inflight)
+		}
+	}
+	return sh
+}
+
+// of is how many attempts l may hold now: its floor, or its ceiling when
+// starting one more leaves the others' claims free.
+func (sh share) of(l *lane, h *host, hostCap int) int {
+	if l.inflight >= sh.floor && hostCap-h.inflight-1 >= sh.claimed {
+		return sh.ceil
+	}
+	return sh.floor
 }
 
 // limit is how many attempts the endpoint may hold: its fair share, or
@@ -306,17 +334,21 @@ func (l *lane) admits(limit int, rate float64, now time.Time) bool {
 }
 
 // pickLocked chooses the lane to send next: among lanes with work that
-// admission allows, the one with the fewest attempts in flight. The one
-// probe of a half-open host goes to an endpoint that was not failing when
-// there is one: a probe to a broken path would keep the host closed to
-// the healthy ones. Paused, disabled or deleted subscriptions' queued
-// work is dropped from memory (it stays in the store as it should).
-func (d *Dispatcher) pickLocked(h *host, share int, now time.Time) (*lane, *core.Subscription) {
+// admission allows, the one with the fewest attempts in flight, and of
+// those one not failing (a slot that frees on a host with more active
+// endpoints than slots goes to a working one first). The one probe of a
+// half-open host goes to an endpoint that was not failing when there is
+// one: a probe to a broken path would keep the host closed to the healthy
+// ones. Paused, disabled or deleted subscriptions' queued work is dropped
+// from memory (it stays in the store as it should).
+func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (*lane, *core.Subscription) {
 	probe := h.breaker.state == halfOpen
+	sh = h.claim(sh, now)
 	var best, healthy *lane
 	var bestSub, healthySub *core.Subscription
+	bestFailing := false
 	for id, l := range h.lanes {
-		if l.queued() == 0 || (!probe && best != nil && l.inflight >= best.inflight) {
+		if l.queued() == 0 || (!probe && best != nil && (l.inflight > best.inflight || l.inflight == best.inflight && !bestFailing)) {
 			continue
 		}
 		sub, ok := d.cfg.Subs.Get(id)
@@ -329,11 +361,12 @@ func (d *Dispatcher) pickLocked(h *host, share int, now time.Time) (*lane, *core
 			continue
 		}
 		l.url = sub.URL
-		if !l.admits(l.limit(sub, share, now), h.rate(l, sub, now), now) {
+		if !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
 			continue
 		}
-		if best == nil || l.inflight < best.inflight {
-			best, bestSub = l, sub
+		failing := l.failing(now)
+		if best == nil || l.inflight < best.inflight || l.inflight == best.inflight && bestFailing && !failing {
+			best, bestSub, bestFailing = l, sub, failing
 		}
 		if probe && !l.failing(now) && (healthy == nil || l.inflight < healthy.inflight) {
 			healthy, healthySub = l, sub
@@ -361,28 +394,37 @@ func (h *host) pause(l *lane, until, now time.Time) {
 // mostEndpointsFailing is the host's second kind of evidence, for a
 // server whose connections succeed but whose every path fails (it hangs,
 // or a gateway answers 502 for all): at least hostMinFailing of its active
-// endpoints failing, more than half of them, and most of the host's
-// attempts failing over the breaker's look-back. Its lanes are counted no
-// more than once a second: that walks every one.
+// endpoints failing, more than half of them, none of the others serving
+// (its last attempt, within the breaker's look-back, succeeded: then the
+// server works, and holding that endpoint for the others' failures is what
+// per-endpoint circuits exist to prevent), and most of the host's attempts
+// failing over the look-back. Its lanes are counted no more than once a
+// second: that walks every one.
 func (h *host) mostEndpointsFailing(now time.Time) bool {
 	if !h.outcomes.tripping(now, failures) || now.Sub(h.judgedAt) < time.Second {
 		return false
 	}
 	h.judgedAt = now
 	seen := map[string]bool{} // endpoint → failing
+	serving := map[string]bool{}
 	for _, l := range h.lanes {
 		bad := l.failing(now)
 		if bad || l.active(now) {
 			seen[l.endpoint()] = seen[l.endpoint()] || bad
 		}
-	}
-	failing, active := 0, len(seen)
-	for _, bad := range seen {
-		if bad {
-			failing++
+		if m, ok := l.outcomes.last(); !bad && ok && !m.fail && now.UnixNano()-m.at <= int64(breakerLookback) {
+			serving[l.endpoint()] = true
 		}
 	}
-	return failing >= hostMinFailing && 2*failing > active
+	failing, active, working := 0, len(seen), 0
+	for ep, bad := range seen {
+		if bad {
+			failing++
+		} else if serving[ep] {
+			working++
+		}
+	}
+	return failing >= hostMinFailing && 2*failing > active && working == 0
 }
 
 // settleEndpoints runs when a probe closes a circuit most endpoints'
@@ -410,7 +452,7 @@ func (h *host) settleEndpoints(probe *lane, probeWasFailing bool, now time.Time)
 // holds (its host's cap, its share, a circuit, a pause): an attempt's end
 // or that hold's own wake-up pumps the host, and a token computed from a
 // bucket admission has not looked at since would wake it for nothing.
-func (d *Dispatcher) nextWake(h *host, hostCap, share int, now time.Time) time.Time {
+func (d *Dispatcher) nextWake(h *host, hostCap int, sh share, now time.Time) time.Time {
 	var next time.Time
 	earliest := func(t time.Time) {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
@@ -434,7 +476,7 @@ func (d *Dispatcher) nextWake(h *host, hostCap, share int, now time.Time) time.T
 		if !hostFree || l.held(now) {
 			continue
 		}
-		if sub, ok := d.cfg.Subs.Get(id); !ok || l.inflight >= l.limit(sub, share, now) {
+		if sub, ok := d.cfg.Subs.Get(id); !ok || l.inflight >= l.limit(sub, sh.ceil, now) {
 			continue
 		}
 		earliest(l.bucket.nextToken(now))

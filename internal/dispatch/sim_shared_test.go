@@ -337,3 +337,88 @@ func TestSimHostWhosePathsAllHangOpensOneCircuit(t *testing.T) {
 		t.Logf("opened after %d attempts; %d probes while it hung", opened, len(probes))
 	})
 }
+
+// Five paths of a host hang, a sixth answers at once, each sent an event
+// every 200 ms: the hanging ones together must never hold every slot of
+// the host's cap (10), or the healthy one waits for their timeouts. Each
+// active path is sure of its floor share (here 1); only slots that no
+// other active path's share claims are lent beyond it.
+func TestSimHangingPathsLeaveTheHealthyOneItsShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var subsOf []core.Subscription
+		var hung []*endpoint
+		for i := range 5 {
+			ep, sub := s.path(gateway, fmt.Sprintf("hang%d", i), fmt.Sprintf("sim.hang%d", i), hang)
+			hung, subsOf = append(hung, ep), append(subsOf, sub)
+		}
+		good, sub := s.path(gateway, "ok", "sim.ok", ok(20*time.Millisecond))
+		subsOf = append(subsOf, sub)
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, 200*time.Millisecond, 2*time.Minute)
+		wg.Wait()
+		time.Sleep(30 * time.Second) // the last deliveries land
+		lags := s.lags(good)
+		peak := 0
+		for _, ep := range hung {
+			ep.mu.Lock()
+			peak += ep.peak
+			ep.mu.Unlock()
+		}
+		s.stop()
+		if len(lags) != 600 {
+			t.Fatalf("the healthy path got %d of its 600 events", len(lags))
+		}
+		t.Logf("healthy path's lag p50 %s, p99 %s, max %s; hanging paths' peaks add up to %d",
+			pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1), peak)
+		if p99 := pct(lags, 0.99); p99 > time.Second {
+			t.Errorf("the healthy path's p99 lag is %s beside five hanging paths", p99)
+		}
+	})
+}
+
+// Three paths of a host answer 500, a fourth answers at once: the host
+// serves, so the failing three open their own circuits, never the host's,
+// and the fourth is never held.
+func TestSimFailingPathsBesideAServedOneKeepTheHostOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var subsOf []core.Subscription
+		for i := range 3 {
+			_, sub := s.path(gateway, fmt.Sprintf("bad%d", i), fmt.Sprintf("sim.bad%d", i),
+				func(time.Time, int, string) reply { return reply{status: 500, latency: 5 * time.Millisecond} })
+			subsOf = append(subsOf, sub)
+		}
+		good, watch := s.path(gateway, "ok", "sim.ok", ok(20*time.Millisecond))
+		subsOf = append(subsOf, watch)
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, 100*time.Millisecond, 2*time.Minute)
+		held := 0
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 120 {
+				time.Sleep(time.Second)
+				if h := s.d.Health(watch.Host, watch.ID); h.HostCircuit != "closed" {
+					held++
+				}
+			}
+		}()
+		wg.Wait()
+		<-done
+		time.Sleep(30 * time.Second)
+		lags := s.lags(good)
+		s.stop()
+		if len(lags) != 1200 {
+			t.Fatalf("the served path got %d of its 1,200 events", len(lags))
+		}
+		t.Logf("served path's lag p50 %s, p99 %s, max %s; host circuit not closed at %d of 120 looks",
+			pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1), held)
+		if held > 0 || pct(lags, 0.99) > time.Second {
+			t.Errorf("beside three failing paths the served one was held: host circuit not closed at %d looks, p99 lag %s",
+				held, pct(lags, 0.99))
+		}
+	})
+}

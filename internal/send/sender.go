@@ -26,6 +26,12 @@ const (
 	drainLimit = 64 << 10
 )
 
+// bodyWait bounds the read of an answer's body once its status is in: the
+// status is the answer, and an endpoint that trickles its body must not
+// hold its slot of the host for the whole timeout (the attempt is judged,
+// the connection closed). A variable for tests.
+var bodyWait = 2 * time.Second
+
 // heads holds the buffers answers' heads are read into: one per attempt
 // in flight rather than one allocated per attempt.
 var heads = sync.Pool{New: func() any { return new([core.MaxResponseHead]byte) }}
@@ -171,6 +177,7 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 		return out
 	}
 	defer resp.Body.Close()
+	defer time.AfterFunc(bodyWait, cancel).Stop()
 	out.StatusCode = resp.StatusCode
 	out.Class = classify(resp.StatusCode, sub)
 	out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now.Add(time.Since(start)))

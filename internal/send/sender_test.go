@@ -501,3 +501,41 @@ func TestSuccessAnswerKeptOnlyWhenAsked(t *testing.T) {
 		s.CloseIdleConnections()
 	}
 }
+
+// An endpoint that answers 200 and then trickles its body is judged on its
+// status within bodyWait, not held for the whole timeout: its slot of the
+// host goes back. The same for a failure whose body trickles.
+func TestTricklingBodyIsCutShort(t *testing.T) {
+	defer func(w time.Duration) { bodyWait = w }(bodyWait)
+	bodyWait = 100 * time.Millisecond
+	for _, status := range []int{200, 500} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			w.WriteHeader(status)
+			for range 100 { // a byte every 50 ms: 5 s in all, ended by the client going away
+				if _, err := w.Write([]byte("x")); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}))
+		sub := testSub(srv.URL) // timeout 5 s
+		out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), sub, testJob(), time.Now())
+		srv.Close()
+		want := Delivered
+		if status == 500 {
+			want = Retry
+		}
+		if out.Class != want || out.StatusCode != status {
+			t.Errorf("%d, trickled: outcome %+v, want %s", status, out, want)
+		}
+		if out.Duration > 2*time.Second {
+			t.Errorf("%d, trickled: the attempt took %s, want about bodyWait (%s)", status, out.Duration, bodyWait)
+		}
+	}
+}
