@@ -275,6 +275,12 @@ func (s *Server) svixDeleteApp(w http.ResponseWriter, r *http.Request, p princip
 	if err != nil {
 		return err
 	}
+	if t.ID == core.DefaultTenant {
+		// What the admin token acts on without a tenant_id; a deleted ID is
+		// never given again, so it could not come back.
+		return &apiError{Status: http.StatusConflict, Code: "conflict",
+			Message: "the default application is where the admin token's calls without a tenant_id go; it cannot be deleted"}
+	}
 	ctx := r.Context()
 	for {
 		page, err := s.Store.SubscriptionList(ctx, store.SubscriptionListParams{TenantID: t.ID, Limit: 100})

@@ -156,6 +156,9 @@ func TestSvixTenantKeyAndApplicationDelete(t *testing.T) {
 	if st, _ := acme.Do("DELETE", "/api/v1/app/acme", nil); st != 403 {
 		t.Fatalf("a tenant key deleting its application: %d", st)
 	}
+	if st, out := e.admin.Do("DELETE", "/api/v1/app/default", nil); st != 409 {
+		t.Fatalf("deleting the default application: %d %v, want 409", st, out)
+	}
 	e.admin.Must(http.StatusNoContent, "DELETE", "/api/v1/app/acme", nil)
 	if st, out := acme.Do("GET", "/api/v1/app/acme", nil); st != 401 {
 		t.Fatalf("the deleted application's key: %d %v", st, out)

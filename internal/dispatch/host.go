@@ -283,14 +283,21 @@ func (h *host) share(hostCap int, now time.Time) share {
 	return share{floor: max(1, hostCap/n), ceil: max(1, (hostCap+n-1)/n)}
 }
 
-// claim sets sh.claimed: the slots the active endpoints' floors still
-// need, beyond what they hold.
-func (h *host) claim(sh share, now time.Time) share {
+// claimLocked sets sh.claimed: the slots the active endpoints' floors still
+// need beyond what they hold, each floor no more than the endpoint may use
+// (its max_concurrency, its ramp): a slot set aside for one that cannot
+// take it would sit idle.
+func (d *Dispatcher) claimLocked(h *host, sh share, now time.Time) share {
 	sh.claimed = 0
-	for _, l := range h.lanes {
-		if l.active(now) {
-			sh.claimed += max(0, sh.floor-l.inflight)
+	for id, l := range h.lanes {
+		if !l.active(now) {
+			continue
 		}
+		n := sh.floor
+		if sub, ok := d.cfg.Subs.Get(id); ok {
+			n = l.limit(sub, n, now)
+		}
+		sh.claimed += max(0, n-l.inflight)
 	}
 	return sh
 }
@@ -335,15 +342,14 @@ func (l *lane) admits(limit int, rate float64, now time.Time) bool {
 
 // pickLocked chooses the lane to send next: among lanes with work that
 // admission allows, the one with the fewest attempts in flight, and of
-// those one not failing (a slot that frees on a host with more active
-// endpoints than slots goes to a working one first). The one probe of a
+// those, for a slot lent beyond the floor, one not failing. The one probe of a
 // half-open host goes to an endpoint that was not failing when there is
 // one: a probe to a broken path would keep the host closed to the healthy
 // ones. Paused, disabled or deleted subscriptions' queued work is dropped
 // from memory (it stays in the store as it should).
 func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (*lane, *core.Subscription) {
 	probe := h.breaker.state == halfOpen
-	sh = h.claim(sh, now)
+	sh = d.claimLocked(h, sh, now)
 	var best, healthy *lane
 	var bestSub, healthySub *core.Subscription
 	bestFailing := false
@@ -364,7 +370,10 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 		if !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
 			continue
 		}
-		failing := l.failing(now)
+		// Only for a lent slot: among lanes at their floor (ties at none in
+		// flight, on a host with more active endpoints than slots) a lane
+		// that failed once would never be picked again, and stay failing.
+		failing := l.inflight >= sh.floor && l.failing(now)
 		if best == nil || l.inflight < best.inflight || l.inflight == best.inflight && bestFailing && !failing {
 			best, bestSub, bestFailing = l, sub, failing
 		}

@@ -422,3 +422,63 @@ func TestSimFailingPathsBesideAServedOneKeepTheHostOpen(t *testing.T) {
 		}
 	})
 }
+
+// A host with more busy paths than slots (20 on a cap of 10), and one path
+// whose first attempt answered 500 and every later one 200: a freed slot
+// must not go to working paths for ever, or the one that failed once never
+// sends again (and so stays failing).
+func TestSimPathThatFailedOnceIsNotStarvedOnABusyHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var subsOf []core.Subscription
+		for i := range 20 {
+			_, sub := s.path(gateway, fmt.Sprintf("busy%d", i), fmt.Sprintf("sim.busy%d", i), ok(200*time.Millisecond))
+			subsOf = append(subsOf, sub)
+		}
+		flaky, fsub := s.path(gateway, "flaky", "sim.flaky", func(_ time.Time, n int, _ string) reply {
+			if n == 0 {
+				return reply{status: 500, latency: 5 * time.Millisecond}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, 100*time.Millisecond, 3*time.Minute)
+		s.traffic(&wg, fsub.EventTypes[0], time.Second, 3*time.Minute)
+		wg.Wait()
+		flaky.mu.Lock()
+		got := len(flaky.delivered)
+		flaky.mu.Unlock()
+		s.stop()
+		if got < 170 {
+			t.Errorf("the path that failed once: %d of its 180 events delivered in 3 minutes on a busy host", got)
+		}
+	})
+}
+
+// Cap 10 and three busy paths, one of them capped at max_concurrency 1:
+// what the capped one cannot use is lent to the other two, not set aside
+// for it (they keep nine slots busy).
+func TestSimSlotsACappedPathCannotUseAreLent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		_, a := s.path(gateway, "capped", "sim.capped", ok(time.Second), func(s *core.Subscription) { s.MaxConcurrency = 1 })
+		b, bs := s.path(gateway, "b", "sim.b", ok(time.Second))
+		c, cs := s.path(gateway, "c", "sim.c", ok(time.Second))
+		s.start()
+		var wg sync.WaitGroup
+		for _, sub := range []core.Subscription{a, bs, cs} {
+			s.traffic(&wg, sub.EventTypes[0], 50*time.Millisecond, time.Minute)
+		}
+		wg.Wait()
+		b.mu.Lock()
+		c.mu.Lock()
+		n := len(b.attempts) + len(c.attempts)
+		c.mu.Unlock()
+		b.mu.Unlock()
+		s.stop()
+		if n < 460 { // nine slots of one-second answers for a minute: about 474 after the start
+			t.Errorf("the two uncapped paths made %d attempts in a minute, want about 474 (nine slots busy)", n)
+		}
+	})
+}

@@ -167,13 +167,17 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			return store.ErrConflict
 		}
 		var host string
+		var subState core.SubscriptionState
 		var deleted pgtype.Timestamptz
-		if err := tx.QueryRow(ctx, `SELECT host, deleted_at FROM subscriptions WHERE id = $1`,
-			j.SubscriptionID).Scan(&host, &deleted); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT host, state, deleted_at FROM subscriptions WHERE id = $1`,
+			j.SubscriptionID).Scan(&host, &subState, &deleted); err != nil {
 			return err
 		}
+		// Deleted or disabled since it began: it ends, putting nothing back
+		// (a disabled subscription sends nothing), and no notice is owed.
+		gone := deleted.Valid || subState == core.SubDisabled
 		var considered int
-		if !deleted.Valid {
+		if !gone {
 			// One statement picks the batch and puts it back in line. A row
 			// another transaction changed meanwhile is re-checked by the
 			// UPDATE and left alone, but still counts as considered.
@@ -223,7 +227,7 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		j.Replayed += len(ids)
 		state, owed := "running", false
 		if considered < limit {
-			j.State, state, owed = core.ReplayDone, "done", !deleted.Valid
+			j.State, state, owed = core.ReplayDone, "done", !gone
 		}
 		j.UpdatedAt = now
 		if _, err := tx.Exec(ctx, `UPDATE replay_jobs SET replayed = $1, cursor = $2, state = $3, updated_at = $4, completed_notice = $6

@@ -181,12 +181,16 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 			return store.ErrConflict
 		}
 		var host string
+		var subState core.SubscriptionState
 		var deleted sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT host, deleted_at FROM subscriptions WHERE id = ?`,
-			j.SubscriptionID).Scan(&host, &deleted); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT host, state, deleted_at FROM subscriptions WHERE id = ?`,
+			j.SubscriptionID).Scan(&host, &subState, &deleted); err != nil {
 			return err
 		}
-		if !deleted.Valid {
+		// Deleted or disabled since it began: it ends, putting nothing back
+		// (a disabled subscription sends nothing), and no notice is owed.
+		gone := deleted.Valid || subState == core.SubDisabled
+		if !gone {
 			// The walk is by (created_at, id) from the cursor, the last ID
 			// put back. Once retention removed that row, it goes on from
 			// Since among the later IDs: IDs are made after their creation
@@ -222,7 +226,7 @@ func (s *Store) ReplayJobStep(ctx context.Context, id string, limit int, now tim
 		}
 		state, owed := "running", false
 		if len(ids) < limit {
-			j.State, state, owed = core.ReplayDone, "done", !deleted.Valid
+			j.State, state, owed = core.ReplayDone, "done", !gone
 		}
 		j.UpdatedAt = now
 		_, err = tx.ExecContext(ctx, `UPDATE replay_jobs SET replayed = ?, cursor = ?, state = ?, updated_at = ?, completed_notice = ?

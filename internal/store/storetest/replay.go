@@ -114,6 +114,20 @@ func testReplayJobs(t *testing.T, s store.Store) {
 	if len(running) != 0 {
 		t.Fatalf("running after done: %+v", running)
 	}
+	// Disabled while it runs: the next step ends it and puts nothing back.
+	dis := f.sub(a.ID, "replay-disabled.example:443")
+	lost := f.deliver(dis, at(0))
+	f.record(lost, 1, 400, core.DeliveryFailed, time.Time{})
+	jd := job(dis)
+	noErr(t, "ReplayJobCreate(to disable)", s.ReplayJobCreate(f.ctx, jd))
+	dis.State = core.SubDisabled
+	noErr(t, "disable", s.SubscriptionUpdate(f.ctx, dis))
+	got, put, err = s.ReplayJobStep(f.ctx, jd.ID, 10, at(time.Hour))
+	noErr(t, "ReplayJobStep(disabled)", err)
+	if got.State != core.ReplayDone || got.Replayed != 0 || len(put) != 0 || f.state(lost.ID) != core.DeliveryFailed {
+		t.Fatalf("a step after the disable: %+v, put back %v, the delivery %s; want done, nothing put back, failed",
+			got, put, f.state(lost.ID))
+	}
 	// A type filter that matches nothing replays nothing.
 	j2 := job(sub)
 	j2.EventTypes = []string{"invoice.paid"}
