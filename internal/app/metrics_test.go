@@ -98,9 +98,13 @@ func TestMetricsCountAKnownRun(t *testing.T) {
 	e.admin.Must(http.StatusNotFound, "GET", "/v1/events/evt_nope", nil)
 
 	var fams map[string]*dto.MetricFamily
-	testenv.Eventually(t, 20*time.Second, "every delivery to finish delivered", func() bool {
+	// A scrape reads one metric after another, not at one instant: the lag
+	// of the last delivery may be read just before it is observed, and its
+	// count just after. Both must get there.
+	testenv.Eventually(t, 20*time.Second, "every delivery to finish delivered, its lag observed", func() bool {
 		fams = e.scrape()
-		return value(t, fams, "hookd_deliveries_finished_total", "state=delivered") == deliveries
+		return value(t, fams, "hookd_deliveries_finished_total", "state=delivered") == deliveries &&
+			sample(t, fams, "hookd_delivery_lag_seconds").GetHistogram().GetSampleCount() == deliveries
 	})
 
 	counters := []struct {
