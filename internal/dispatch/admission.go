@@ -341,10 +341,23 @@ func (a *aimd) cut(now time.Time, observed float64) {
 	a.last = now
 }
 
-// current grows the rate by 5 % of its ceiling per second since the last look.
+// holdUntil starts a cut's recovery at t, the end of the Retry-After that
+// came with it: a pause's time is not recovery, or a cut made at a slow
+// observed rate lifts during the pause and everything waiting goes at once.
+func (a *aimd) holdUntil(t time.Time) {
+	if a.rate > 0 && t.After(a.last) {
+		a.last = t
+	}
+}
+
+// current grows the rate by 5 % of its ceiling per second since the last
+// look (none before a hold ends).
 func (a *aimd) current(now time.Time) float64 {
 	if a.rate == 0 {
 		return 0
+	}
+	if now.Before(a.last) {
+		return a.rate
 	}
 	a.rate += a.ceiling * aimdRecoverPerSec * now.Sub(a.last).Seconds()
 	a.last = now

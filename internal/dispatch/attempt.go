@@ -226,6 +226,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 	}
 	if out.RetryAfter > 0 && (out.StatusCode == 429 || out.StatusCode == 503) {
 		h.pause(l, now.Add(out.RetryAfter), now)
+		l.aimd.holdUntil(l.pauseUntil)
 	}
 	hs := d.health[l.subID]
 	if hs == nil {

@@ -835,3 +835,52 @@ func TestSimHealthSaysRetryTimeAndCountsMinutes(t *testing.T) {
 		s.stop()
 	})
 }
+
+// A 429 with Retry-After: 30 on an endpoint without a rate_limit, with
+// twenty deliveries waiting: when the pause ends they do not all go at once.
+// The 429 cut its rate, and that cut recovers from the pause's end, not
+// during it (it had lifted by then, and the endpoint's whole share went out
+// in the same millisecond).
+func TestSimRetryAfterEndsWithoutABurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		begin := time.Now()
+		ep, _ := s.endpoint("ra", func(now time.Time, _ int, _ string) reply {
+			if now.Sub(begin) < time.Second { // what went at once is told to wait
+				return reply{status: 429, retryAfter: 30 * time.Second, latency: time.Millisecond}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		for range 20 {
+			s.post("sim.ra", "")
+		}
+		time.Sleep(3 * time.Minute)
+		all := ep.snapshot()
+		s.stop()
+		var end time.Time // the last 429's pause
+		for _, a := range all {
+			if a.start.Sub(begin) < time.Second && a.end.Add(30*time.Second).After(end) {
+				end = a.end.Add(30 * time.Second)
+			}
+		}
+		first, later := 0, 0
+		for _, a := range all {
+			switch {
+			case a.start.Sub(begin) < time.Second:
+			case a.start.Before(end):
+				t.Fatalf("an attempt at %s, inside the pause (until %s)", a.start, end)
+			case a.start.Before(end.Add(time.Second)):
+				first++
+			default:
+				later++
+			}
+		}
+		if first+later < 20 {
+			t.Fatalf("%d attempts after the pause, want the twenty deliveries", first+later)
+		}
+		if first > 2 {
+			t.Errorf("%d attempts in the first second after Retry-After ended, want at most 2", first)
+		}
+	})
+}
