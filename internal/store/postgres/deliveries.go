@@ -420,19 +420,27 @@ const (
 	// whose attempt is not recorded yet (same start and duration) did not
 	// move their delivery on. They were still sends, so
 	// each is inserted under the delivery's next free number and counted in
-	// attempt_count; the state is left alone. The UPDATE's row lock orders
+	// attempt_count; the state is left alone, but for a delivery written
+	// skipped while its attempt ran (its subscription disabled or deleted
+	// meanwhile) whose attempt delivered ($8): its endpoint has it, so it
+	// is delivered. The UPDATE's row lock orders
 	// nodes doing this for one delivery at once (a lock waiter reads the new
 	// attempt_count), and a delivery retention removed is skipped.
 	recordOvertakenSQL = `WITH r AS (
 			SELECT r.*, row_number() OVER (PARTITION BY r.id ORDER BY r.ord) AS k
-			FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::text[])
-				WITH ORDINALITY AS r(id, started, dur, status, error, response, headers, ord)
+			FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bool[])
+				WITH ORDINALITY AS r(id, started, dur, status, error, response, headers, delivered, ord)
 			WHERE NOT EXISTS (SELECT 1 FROM attempts a
 				WHERE a.delivery_id = r.id AND a.started_at = r.started AND a.duration_ns = r.dur)),
-		c AS (SELECT id, count(*) AS k FROM r GROUP BY id),
+		c AS (SELECT id, count(*) AS k, bool_or(delivered) AS delivered,
+				(array_agg(status ORDER BY ord DESC) FILTER (WHERE delivered))[1] AS status
+			FROM r GROUP BY id),
 		bumped AS (
 			UPDATE deliveries d SET attempt_count = greatest(d.attempt_count,
-				coalesce((SELECT max(a.n) FROM attempts a WHERE a.delivery_id = d.id), 0)) + c.k
+				coalesce((SELECT max(a.n) FROM attempts a WHERE a.delivery_id = d.id), 0)) + c.k,
+				last_status = CASE WHEN c.delivered AND d.state = 'skipped' THEN c.status ELSE d.last_status END,
+				last_error = CASE WHEN c.delivered AND d.state = 'skipped' THEN '' ELSE d.last_error END,
+				state = CASE WHEN c.delivered AND d.state = 'skipped' THEN 'delivered' ELSE d.state END
 			FROM c WHERE d.id = c.id
 			RETURNING d.id, d.attempt_count - c.k AS top)
 		INSERT INTO attempts (delivery_id, n, started_at, duration_ns, status_code, error, response, response_headers)
@@ -505,12 +513,14 @@ func (s *Store) DeliveryRecordResults(ctx context.Context, rs []store.AttemptRes
 		n := len(rs)
 		ids, errs, resps, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		codes, durs, started := make([]int32, n), make([]int64, n), make([]time.Time, n)
+		delivered := make([]bool, n)
 		for i, r := range rs {
 			a := r.Attempt
 			ids[i], started[i], durs[i] = a.DeliveryID, a.StartedAt, int64(a.Duration)
 			codes[i], errs[i], resps[i], headers[i] = int32(a.StatusCode), a.Error, a.Response, a.ResponseHeaders
+			delivered[i] = r.State == core.DeliveryDelivered
 		}
-		_, err := tx.Exec(ctx, recordOvertakenSQL, ids, started, durs, codes, errs, resps, headers)
+		_, err := tx.Exec(ctx, recordOvertakenSQL, ids, started, durs, codes, errs, resps, headers, delivered)
 		return err
 	}))
 }

@@ -464,7 +464,7 @@ func recordResults(c *zs.Conn, rs []store.AttemptResult) error {
 	if moved < int64(len(rs)) {
 		// recordOvertaken passes over the attempts just written (already recorded).
 		for _, r := range rs {
-			if err := recordOvertaken(c, r.Attempt); err != nil {
+			if err := recordOvertaken(c, r.Attempt, r.State == core.DeliveryDelivered); err != nil {
 				return err
 			}
 		}
@@ -502,12 +502,16 @@ func recordFailing(c *zs.Conn, rs []store.AttemptResult) error {
 // delivery on: it was still a send (e.g. by a node whose lease lapsed while
 // it ran, after the new owner had recorded the delivery), so it is kept
 // under the next free number and counted in attempt_count, and the
-// delivery's state is left alone. An attempt already recorded (same start
-// and duration: a retried call whose first commit landed) is not written
-// twice; a delivery retention removed meanwhile is skipped.
-func recordOvertaken(c *zs.Conn, a core.Attempt) error {
+// delivery's state is left alone, but for one: a delivery written skipped
+// while its attempt ran (its subscription disabled or deleted meanwhile)
+// whose attempt delivered is delivered, since its endpoint has it (stats
+// and a replay of skipped ones would count or send it again). An attempt
+// already recorded (same start and duration: a retried call whose first
+// commit landed) is not written twice; a delivery retention removed
+// meanwhile is skipped.
+func recordOvertaken(c *zs.Conn, a core.Attempt, delivered bool) error {
 	var n int
-	found, err := queryRowDirect(c, overtakenSQL, []any{a.DeliveryID, ns(a.StartedAt), int64(a.Duration)},
+	found, err := queryRowDirect(c, overtakenSQL, []any{a.DeliveryID, ns(a.StartedAt), int64(a.Duration), delivered, a.StatusCode},
 		func(st *zs.Stmt) { n = st.ColumnInt(0) })
 	if err == nil && found {
 		_, err = execDirect(c, insertAttemptSQL, a.DeliveryID, n, ns(a.StartedAt), int64(a.Duration), a.StatusCode,
@@ -523,7 +527,10 @@ const (
 	// overtakenSQL counts an overtaken attempt in its delivery and returns
 	// the number it gets; no row if it was recorded already.
 	overtakenSQL = `UPDATE deliveries SET attempt_count = max(attempt_count,
-			coalesce((SELECT max(n) FROM attempts WHERE delivery_id = ?1), 0)) + 1
+			coalesce((SELECT max(n) FROM attempts WHERE delivery_id = ?1), 0)) + 1,
+			last_status = CASE WHEN ?4 AND state = 'skipped' THEN ?5 ELSE last_status END,
+			last_error = CASE WHEN ?4 AND state = 'skipped' THEN '' ELSE last_error END,
+			state = CASE WHEN ?4 AND state = 'skipped' THEN 'delivered' ELSE state END
 		WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM attempts
 			WHERE delivery_id = ?1 AND started_at = ?2 AND duration_ns = ?3)
 		RETURNING attempt_count`

@@ -463,6 +463,28 @@ func testDeliveryRecordResultsOvertaken(t *testing.T, s store.Store) {
 		}
 	}
 
+	// Written skipped while its attempt ran (its subscription disabled
+	// meanwhile): an attempt that delivered makes it delivered, since its
+	// endpoint has it; one that failed leaves it skipped (replayable). Both
+	// attempts are kept.
+	off := f.sub(f.tenant().ID, "disabled-in-flight.example:443")
+	got1, got2 := f.deliver(off, at(0)), f.deliver(off, at(0))
+	off.State = core.SubDisabled
+	noErr(t, "disable", s.SubscriptionUpdate(f.ctx, off))
+	if f.state(got1.ID) != core.DeliverySkipped {
+		t.Fatalf("a pending delivery of a disabled subscription is %s, want skipped", f.state(got1.ID))
+	}
+	ok1 := result(got1, 1, time.Second, 200, core.DeliveryDelivered, time.Time{})
+	bad2 := result(got2, 1, time.Second, 503, core.DeliveryPending, at(time.Minute))
+	record(ok1, bad2)
+	if d, as := f.getDelivery(got1.ID); d.State != core.DeliveryDelivered || d.LastStatus != 200 || d.AttemptCount != 1 || len(as) != 1 {
+		t.Fatalf("skipped in flight, then delivered: %s, last_status %d, attempt_count %d, %d attempts; want delivered, 200, 1, 1",
+			d.State, d.LastStatus, d.AttemptCount, len(as))
+	}
+	if d, as := f.getDelivery(got2.ID); d.State != core.DeliverySkipped || d.AttemptCount != 1 || len(as) != 1 {
+		t.Fatalf("skipped in flight, then failed: %s, attempt_count %d, %d attempts; want skipped, 1, 1", d.State, d.AttemptCount, len(as))
+	}
+
 	// A result for a delivery retention removed is still dropped, whatever its number.
 	noErr(t, "a result for a missing delivery", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{
 		{Attempt: core.Attempt{DeliveryID: "dlv_missing", N: 3, StartedAt: at(0)}, State: core.DeliveryDelivered, Now: at(0)}}))
