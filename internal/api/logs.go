@@ -205,10 +205,16 @@ func timeRangeOf(q url.Values) (since, until time.Time, err error) {
 // answer a first page again, or an empty one, and a client would loop.
 func idCursor(q url.Values, prefix string) (string, error) {
 	c := q.Get("cursor")
-	if _, ok := core.IDTime(c); c != "" && (!ok || !strings.HasPrefix(c, prefix+"_")) {
+	if c != "" && !isIDOf(c, prefix) {
 		return "", errBadRequest("cursor", "is not a next_cursor this list gave")
 	}
 	return c, nil
+}
+
+// isIDOf: id is one core.NewID(prefix) made.
+func isIDOf(id, prefix string) bool {
+	_, ok := core.IDTime(id)
+	return ok && strings.HasPrefix(id, prefix+"_")
 }
 
 // timeCursor reads a cursor of a list in time order, of keys IDs.

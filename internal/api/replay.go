@@ -92,7 +92,8 @@ func replayRate(rate *float64) (float64, error) {
 		return 0, nil
 	}
 	if !(*rate >= core.RateMin) || *rate > core.ReplayRateMax {
-		return 0, errInvalid("rate", "must be from 0.001 to "+strconv.Itoa(core.ReplayRateMax)+" deliveries per second")
+		return 0, errInvalid("rate", "must be from "+strconv.FormatFloat(core.RateMin, 'f', -1, 64)+" to "+
+			strconv.Itoa(core.ReplayRateMax)+" deliveries per second")
 	}
 	return *rate, nil
 }

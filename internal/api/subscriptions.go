@@ -150,7 +150,7 @@ func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
 	}
 	if f.RateLimit != nil {
 		if r := *f.RateLimit; r != 0 && (!(r >= core.RateMin) || r > 100000) {
-			return errInvalid("rate_limit", "must be 0 (unlimited), or from 0.001 to 100000 per second")
+			return errInvalid("rate_limit", "must be 0 (unlimited), or from "+strconv.FormatFloat(core.RateMin, 'f', -1, 64)+" to 100000 per second")
 		}
 		next.RateLimit = *f.RateLimit
 	}

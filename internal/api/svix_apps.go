@@ -156,20 +156,24 @@ func (s *Server) svixCreateApp(w http.ResponseWriter, r *http.Request, p princip
 // svixAddApp creates t as a new tenant, with no key (the admin token, or
 // a key from POST /v1/tenants/{id}/keys, acts on it).
 func (s *Server) svixAddApp(ctx context.Context, t *core.Tenant) error {
-	t.ID = "app_" + strings.ToLower(strings.TrimPrefix(core.NewID("app"), "app_"))
+	newID := func() string { return "app_" + strings.ToLower(strings.TrimPrefix(core.NewID("app"), "app_")) }
+	t.ID = newID()
 	if tenantIDRe.MatchString(t.UID) {
 		t.ID = t.UID
 	}
 	now := time.Now().UTC()
 	t.CreatedAt, t.UpdatedAt = now, now
-	ctx = audit.Record(ctx, audit.TenantCreate, t.ID, map[string]any{"name": t.Name, "api": "svix"})
-	err := s.Store.TenantCreate(ctx, *t, core.APIKey{})
+	create := func() error {
+		return s.Store.TenantCreate(audit.Record(ctx, audit.TenantCreate, t.ID, map[string]any{"name": t.Name, "api": "svix"}),
+			*t, core.APIKey{})
+	}
+	err := create()
 	if errors.Is(err, store.ErrConflict) && t.ID == t.UID && s.deletedTenant(ctx, t.UID) {
 		// The uid names a deleted application's ID, never given again (its
 		// messages stay for retention): the new one gets an ID of its own,
 		// and the uid reaches it.
-		t.ID = "app_" + strings.ToLower(strings.TrimPrefix(core.NewID("app"), "app_"))
-		err = s.Store.TenantCreate(audit.Record(ctx, audit.TenantCreate, t.ID, map[string]any{"name": t.Name, "api": "svix"}), *t, core.APIKey{})
+		t.ID = newID()
+		err = create()
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return &apiError{Status: http.StatusConflict, Code: "conflict", Field: "uid", Message: "uid: an application has it already"}

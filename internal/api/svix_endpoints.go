@@ -75,10 +75,8 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 	if err != nil {
 		return err
 	}
-	if set && !null && len(types) == 0 {
-		// [] reads as "none" to a client and as "all" to Svix's absent.
-		return errInvalid("filterTypes", "must name at least one event type (absent or null: every type)")
-	}
+	// [] is left to the event_types validation, which refuses it: it
+	// reads as "none" to a client, not as absent's "all".
 	if set && null || !set && !patch {
 		types = []string{"*"}
 	}
@@ -175,7 +173,7 @@ func (s *Server) svixListEndpoints(w http.ResponseWriter, r *http.Request, p pri
 		return err
 	}
 	cursor := subIDOf(iter)
-	if _, ok := core.IDTime(cursor); iter != "" && (!ok || !strings.HasPrefix(cursor, "sub_")) {
+	if iter != "" && !isIDOf(cursor, "sub") {
 		return errQuery("iterator", "is not an iterator this list gave")
 	}
 	page, err := s.Store.SubscriptionList(r.Context(), store.SubscriptionListParams{TenantID: app.ID, Cursor: cursor, Limit: limit})

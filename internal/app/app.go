@@ -144,10 +144,10 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	cfg.Log.Info("secrets sealed at rest", "sealing_key", cfg.Keys.IDs()[0], "keys", strings.Join(cfg.Keys.IDs(), ","))
 	// Locked before the store opens: a second node must not even migrate
 	// or reseal what the first one serves.
-	var lock *os.File // held for the node's life: see lockNode
+	var lock *os.File // held for the node's life: see sqlite.LockNode
 	if !isPostgres(cfg.DB) {
 		var err error
-		if lock, err = lockNode(cfg.DB); err != nil {
+		if lock, err = sqlite.LockNode(cfg.DB); err != nil {
 			return nil, err
 		}
 	}

@@ -153,6 +153,13 @@ func (l *lane) failing(now time.Time) bool {
 	return ok && m.fail && now.UnixNano()-m.at <= int64(breakerLookback)
 }
 
+// served: the endpoint's last attempt, within the breaker's look-back,
+// succeeded.
+func (l *lane) served(now time.Time) bool {
+	m, ok := l.outcomes.last()
+	return ok && !m.fail && now.UnixNano()-m.at <= int64(breakerLookback)
+}
+
 // takesWork: neither the endpoint nor its host holds it back.
 func (h *host) takesWork(l *lane, now time.Time) bool {
 	return h.breaker.state == closed && !now.Before(h.pauseUntil) &&
@@ -421,7 +428,7 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 		if bad || l.active(now) {
 			seen[l.endpoint()] = seen[l.endpoint()] || bad
 		}
-		if m, ok := l.outcomes.last(); !bad && ok && !m.fail && now.UnixNano()-m.at <= int64(breakerLookback) {
+		if !bad && l.served(now) {
 			serving[l.endpoint()] = true
 		}
 	}

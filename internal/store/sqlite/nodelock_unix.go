@@ -1,27 +1,27 @@
 //go:build unix
 
-package app
+package sqlite
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"syscall"
 )
 
-// lockNode takes the lock that makes a SQLite database one node's: a
-// second hookd serve on the same file would fan events out against its own
-// stale list of subscriptions (accepting them with no deliveries) and
+// LockNode takes the lock that makes a database one node's, for hookd
+// serve: a second node on the same file would fan events out against its
+// own stale list of subscriptions (accepting them with no deliveries) and
 // deliver what the first one does. The lock is flock(2) on the database
 // file, apart from SQLite's own (fcntl) locks, so hookd rekey and purge,
 // which do not take it, still open the file beside a running node. The
-// kernel drops it when the process ends, kill -9 included.
-func lockNode(path string) (*os.File, error) {
-	if path == "" || strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
-		return nil, nil // the store refuses such a path with its own error
+// kernel drops it when the process ends, kill -9 included; Close releases
+// it.
+func LockNode(path string) (*os.File, error) {
+	if _, err := dsn(path, false); err != nil {
+		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // made here if new, as the store would
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // made here if new, as Open would
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s to lock it: %w", path, err)
 	}
