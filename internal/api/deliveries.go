@@ -112,7 +112,7 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request, p principal
 // send.Sender sets, in lower case as the Standard Webhooks spec writes
 // them, and the endpoint's own, redacted.
 func (s *Server) request(sub core.Subscription, job *core.Job, signedAt time.Time) requestJSON {
-	body := send.Body(job)
+	body := send.Body(&sub, job)
 	h := map[string]string{
 		"webhook-id":        job.Event.ID,
 		"webhook-timestamp": strconv.FormatInt(signedAt.Unix(), 10),
@@ -128,6 +128,9 @@ func (s *Server) request(sub core.Subscription, job *core.Job, signedAt time.Tim
 		}
 	}
 	h["webhook-signature"] = strings.Join(sigs, " ")
+	if sub.SvixHeaders {
+		h["svix-id"], h["svix-timestamp"], h["svix-signature"] = h["webhook-id"], h["webhook-timestamp"], h["webhook-signature"]
+	}
 	for name := range sub.Headers {
 		h[name] = Redacted
 	}

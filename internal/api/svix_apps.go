@@ -20,13 +20,15 @@ import (
 // app_… ID, and either finds the application.
 
 type svixAppJSON struct {
-	ID        string            `json:"id"`
-	UID       *string           `json:"uid"`
-	Name      string            `json:"name"`
-	RateLimit *int              `json:"rateLimit"`
-	Metadata  map[string]string `json:"metadata"`
-	CreatedAt time.Time         `json:"createdAt"`
-	UpdatedAt time.Time         `json:"updatedAt"`
+	ID        string  `json:"id"`
+	UID       *string `json:"uid"`
+	Name      string  `json:"name"`
+	RateLimit *int    `json:"rateLimit"`
+	// rateLimit under the name Svix's newer clients read (npm svix 2.x).
+	ThrottleRate *int              `json:"throttleRate"`
+	Metadata     map[string]string `json:"metadata"`
+	CreatedAt    time.Time         `json:"createdAt"`
+	UpdatedAt    time.Time         `json:"updatedAt"`
 }
 
 func toSvixApp(t core.Tenant) svixAppJSON {
@@ -35,7 +37,7 @@ func toSvixApp(t core.Tenant) svixAppJSON {
 		updated = t.CreatedAt
 	}
 	return svixAppJSON{ID: t.ID, UID: nullIfEmpty(t.UID), Name: t.Name, RateLimit: nullIfZero(t.RateLimit),
-		Metadata: orEmptyMap(t.Metadata), CreatedAt: t.CreatedAt, UpdatedAt: updated}
+		ThrottleRate: nullIfZero(t.RateLimit), Metadata: orEmptyMap(t.Metadata), CreatedAt: t.CreatedAt, UpdatedAt: updated}
 }
 
 // svixAppIn is ApplicationIn and ApplicationPatch: uid and rateLimit may
@@ -45,6 +47,8 @@ type svixAppIn struct {
 	UID       jsontext.Value     `json:"uid"`
 	RateLimit jsontext.Value     `json:"rateLimit"`
 	Metadata  *map[string]string `json:"metadata"`
+	// rateLimit's newer name (npm svix 2.x sends only this one).
+	ThrottleRate jsontext.Value `json:"throttleRate"`
 }
 
 // apply validates in and sets it on t (whole: absent fields are cleared,
@@ -71,11 +75,15 @@ func (in svixAppIn) apply(t *core.Tenant, patch bool) error {
 		}
 		next.UID = uid
 	}
+	raw, rateName, err := alias("rateLimit", in.RateLimit, "throttleRate", in.ThrottleRate)
+	if err != nil {
+		return err
+	}
 	var rate int
-	if set, _, err := optional("rateLimit", in.RateLimit, &rate); err != nil {
+	if set, _, err := optional(rateName, raw, &rate); err != nil {
 		return err
 	} else if set || !patch {
-		if err := svixRateLimit("rateLimit", rate); err != nil {
+		if err := svixRateLimit(rateName, rate); err != nil {
 			return err
 		}
 		next.RateLimit = rate

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"maps"
 	"net/http"
 	"slices"
@@ -21,18 +23,21 @@ import (
 // "*", every type but hookd's own); disabled is any state but active.
 
 type svixEndpointJSON struct {
-	ID          string            `json:"id"`
-	UID         *string           `json:"uid"`
-	URL         string            `json:"url"`
-	Description string            `json:"description"`
-	Version     int               `json:"version"`
-	RateLimit   *int              `json:"rateLimit"`
-	Disabled    bool              `json:"disabled"`
-	FilterTypes []string          `json:"filterTypes"`
-	Channels    []string          `json:"channels"`
-	Metadata    map[string]string `json:"metadata"`
-	CreatedAt   time.Time         `json:"createdAt"`
-	UpdatedAt   time.Time         `json:"updatedAt"`
+	ID          string   `json:"id"`
+	UID         *string  `json:"uid"`
+	URL         string   `json:"url"`
+	Description string   `json:"description"`
+	Version     int      `json:"version"`
+	RateLimit   *int     `json:"rateLimit"`
+	Disabled    bool     `json:"disabled"`
+	FilterTypes []string `json:"filterTypes"`
+	// The same under the names Svix's newer clients read (npm svix 2.x).
+	ThrottleRate *int              `json:"throttleRate"`
+	EventTypes   []string          `json:"eventTypes"`
+	Channels     []string          `json:"channels"`
+	Metadata     map[string]string `json:"metadata"`
+	CreatedAt    time.Time         `json:"createdAt"`
+	UpdatedAt    time.Time         `json:"updatedAt"`
 }
 
 func toSvixEndpoint(s core.Subscription) svixEndpointJSON {
@@ -42,6 +47,7 @@ func toSvixEndpoint(s core.Subscription) svixEndpointJSON {
 	}
 	return svixEndpointJSON{ID: epID(s.ID), UID: nullIfEmpty(s.UID), URL: redactURL(s.URL), Description: s.Description,
 		Version: 1, RateLimit: nullIfZero(int(s.RateLimit)), Disabled: s.State != core.SubActive, FilterTypes: types,
+		ThrottleRate: nullIfZero(int(s.RateLimit)), EventTypes: types,
 		Metadata: orEmptyMap(s.Metadata), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 }
 
@@ -58,12 +64,48 @@ type svixEndpointIn struct {
 	Secret      jsontext.Value     `json:"secret"`
 	UID         jsontext.Value     `json:"uid"`
 	Version     jsontext.Value     `json:"version"` // taken, not kept: hookd has one version
+	// Svix's newer names for filterTypes and rateLimit (npm svix 2.x
+	// sends only these); either name is taken, see aliases.
+	EventTypes   jsontext.Value `json:"eventTypes"`
+	ThrottleRate jsontext.Value `json:"throttleRate"`
+
+	typesName, rateName string // the names the caller used, for errors
+}
+
+// aliases takes eventTypes and throttleRate as filterTypes and rateLimit.
+// Given both ways, the two must agree.
+func (in *svixEndpointIn) aliases() error {
+	var err error
+	if in.FilterTypes, in.typesName, err = alias("filterTypes", in.FilterTypes, "eventTypes", in.EventTypes); err != nil {
+		return err
+	}
+	in.RateLimit, in.rateName, err = alias("rateLimit", in.RateLimit, "throttleRate", in.ThrottleRate)
+	return err
+}
+
+// alias is the value given under either of a field's two names, and the
+// name it came under.
+func alias(name string, v jsontext.Value, newer string, nv jsontext.Value) (jsontext.Value, string, error) {
+	switch {
+	case len(nv) == 0:
+		return v, name, nil
+	case len(v) == 0:
+		return nv, newer, nil
+	}
+	a, b := v.Clone(), nv.Clone()
+	if a.Compact() != nil || b.Compact() != nil || !bytes.Equal(a, b) {
+		return nil, "", errInvalid(newer, "differs from "+name+", given as well")
+	}
+	return nv, newer, nil
 }
 
 // apply validates in and sets it on sub: the fields it shares with /v1
 // through the same validation (s.apply), the rest here. Without patch,
 // absent fields take their defaults (create and PUT).
 func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, patch bool) error {
+	if err := in.aliases(); err != nil {
+		return err
+	}
 	var f subscriptionFields
 	if in.URL != nil {
 		f.URL = in.URL
@@ -71,7 +113,7 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 		return errInvalid("url", "is required")
 	}
 	var types []string
-	set, null, err := optional("filterTypes", in.FilterTypes, &types)
+	set, null, err := optional(in.typesName, in.FilterTypes, &types)
 	if err != nil {
 		return err
 	}
@@ -90,10 +132,10 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 		return errNotImplemented("channels")
 	}
 	var rate int
-	if set, _, err := optional("rateLimit", in.RateLimit, &rate); err != nil {
+	if set, _, err := optional(in.rateName, in.RateLimit, &rate); err != nil {
 		return err
 	} else if set || !patch {
-		if err := svixRateLimit("rateLimit", rate); err != nil {
+		if err := svixRateLimit(in.rateName, rate); err != nil {
 			return err
 		}
 		r := float64(rate)
@@ -102,6 +144,12 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 	f.Headers = in.Headers
 	next := *sub
 	if err := s.apply(f, &next); err != nil {
+		// Shared validation names event_types, shown as filterTypes unless
+		// the caller said eventTypes.
+		var fe *core.FieldError
+		if in.typesName != "filterTypes" && errors.As(err, &fe) && strings.HasPrefix(fe.Field, "event_types") {
+			return errInvalid(in.typesName+strings.TrimPrefix(fe.Field, "event_types"), fe.Message)
+		}
 		return err
 	}
 	if in.Description != nil || !patch {
@@ -195,7 +243,7 @@ func (s *Server) svixCreateEndpoint(w http.ResponseWriter, r *http.Request, p pr
 	}
 	// New endpoints send svix-* headers, and start at the application's rate.
 	sub := core.Subscription{TenantID: app.ID, State: core.SubActive, SvixHeaders: true}
-	if len(in.RateLimit) == 0 {
+	if len(in.RateLimit) == 0 && len(in.ThrottleRate) == 0 {
 		in.RateLimit = jsontext.Value(strconv.Itoa(app.RateLimit))
 	}
 	if err := s.svixApplyEndpoint(in, &sub, false); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -57,6 +58,10 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "headers": map[string]string{"webhook-id": "x"}}, 422, "body.headers.webhook-id"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "headers": map[string]string{"svix-signature": "v1,FORGED"}}, 422, "body.headers.svix-signature"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "filterTypes": []string{}}, 422, "body.filterTypes"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "eventTypes": []string{"Bad Type"}}, 422, "body.eventTypes[0]"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "filterTypes": []string{"a.b"}, "eventTypes": []string{"a.c"}}, 422, "body.eventTypes"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "throttleRate": -1}, 422, "body.throttleRate"},
+		{"/api/v1/app", map[string]any{"name": "n", "throttleRate": 70000}, 422, "body.throttleRate"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "channels": []string{"c"}}, 501, "not_implemented"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": 5}, 400, "bad_request"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "Order.Created", "payload": map[string]any{}}, 422, "body.eventType"},
@@ -129,6 +134,40 @@ func TestSvixApplicationsAndEndpointsAreTenantsAndSubscriptions(t *testing.T) {
 	// Two endpoints of one application may not share a uid.
 	if st, out := a.Do("POST", "/api/v1/app/"+id+"/endpoint", map[string]any{"url": rc.URL, "uid": "main"}); st != 409 || svixCode(out) != "conflict" {
 		t.Fatalf("a second uid main: %d %v", st, out)
+	}
+}
+
+// Svix's newer clients (npm svix 2.x) name filterTypes eventTypes and
+// rateLimit throttleRate, and send only those: either name filters and
+// limits, and both are shown.
+func TestSvixNewerFieldNamesFilterAndLimit(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	app := a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "New", "uid": "newer", "throttleRate": 7})
+	if app["throttleRate"] != float64(7) || app["rateLimit"] != float64(7) {
+		t.Fatalf("application %v", app)
+	}
+	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/newer/endpoint", map[string]any{"url": rc.URL, "eventTypes": []string{"order.created"}, "throttleRate": 3})
+	if ep["throttleRate"] != float64(3) || ep["rateLimit"] != float64(3) || fmt.Sprint(ep["eventTypes"]) != "[order.created]" || fmt.Sprint(ep["filterTypes"]) != "[order.created]" {
+		t.Fatalf("endpoint %v", ep)
+	}
+	// Without throttleRate the endpoint starts at the application's, as with rateLimit.
+	if ep2 := a.Must(http.StatusCreated, "POST", "/api/v1/app/newer/endpoint", map[string]any{"url": rc.URL + "/two", "eventTypes": []string{"none.such"}}); ep2["throttleRate"] != float64(7) {
+		t.Fatalf("second endpoint %v", ep2)
+	}
+	out := a.Must(http.StatusAccepted, "POST", "/api/v1/app/newer/msg", map[string]any{"eventType": "order.deleted", "payload": map[string]any{"marker": "filtered-out"}})
+	a.Must(http.StatusAccepted, "POST", "/api/v1/app/newer/msg", map[string]any{"eventType": "order.created", "payload": map[string]any{"marker": "filtered-in"}})
+	testenv.Eventually(t, 10*time.Second, "the matching message", func() bool { return len(withMarker(rc, "filtered-in")) == 1 })
+	// Fan-out is decided at acceptance: the message filtered out has no delivery at all.
+	evt := "evt_" + strings.TrimPrefix(out["id"].(string), "msg_")
+	if ds := a.Must(http.StatusOK, "GET", "/v1/events/"+evt, nil)["deliveries"].([]any); len(ds) != 0 {
+		t.Errorf("order.deleted fanned out to endpoints filtered by eventTypes: %v", ds)
+	}
+	patched := a.Must(http.StatusOK, "PATCH", "/api/v1/app/newer/endpoint/"+ep["id"].(string), map[string]any{"eventTypes": nil, "throttleRate": 9})
+	if patched["eventTypes"] != nil || patched["throttleRate"] != float64(9) {
+		t.Errorf("after PATCH: %v", patched)
 	}
 }
 
@@ -306,6 +345,10 @@ func TestSvixChosenSecretSignsDeliveries(t *testing.T) {
 	a.Must(http.StatusAccepted, "POST", "/api/v1/app/moved/msg", map[string]any{"eventType": "order.created", "payload": map[string]any{"marker": "moved-1"}})
 	testenv.Eventually(t, 10*time.Second, "both deliveries", func() bool { return len(withMarker(rc, "moved-1")) == 2 })
 	for _, r := range withMarker(rc, "moved-1") {
+		// Svix POSTs the payload itself: a receiver moved from it parses the same body.
+		if string(r.Body) != `{"marker":"moved-1"}` {
+			t.Errorf("body %s, want the payload itself", r.Body)
+		}
 		id, ts := r.Header.Get("svix-id"), r.Header.Get("svix-timestamp")
 		if got, want := r.Header.Get("svix-signature"), independentSignature(t, secret, id, ts, r.Body); got != want {
 			t.Errorf("svix-signature %q, want %q (HMAC under the chosen secret)", got, want)

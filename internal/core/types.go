@@ -129,9 +129,11 @@ type Subscription struct {
 	// secrets. Never changed in place: a change sets a new map.
 	Headers map[string]string
 
-	// SvixHeaders: each attempt also carries svix-id, svix-timestamp and
-	// svix-signature (the webhook-* values), for receivers verifying with
-	// Svix's libraries. Set on subscriptions created through /api/v1.
+	// SvixHeaders: Svix's wire format. Each attempt also carries svix-id,
+	// svix-timestamp and svix-signature (the webhook-* values), for
+	// receivers verifying with Svix's libraries, and its body is the
+	// payload itself, not hookd's envelope. Set on subscriptions created
+	// through /api/v1.
 	SvixHeaders bool
 	// An endpoint's fields in the Svix-compatible API: its uid (unique
 	// among the tenant's live subscriptions; "" none), description and

@@ -8,13 +8,18 @@ import (
 	"hookd/internal/core"
 )
 
-// Body returns the JSON envelope POSTed for job. The payload is embedded
-// byte for byte (json.Marshal would compact and re-escape it).
-func Body(job *core.Job) []byte {
+// Body returns what is POSTed for job to sub: the JSON envelope, the
+// payload embedded byte for byte (json.Marshal would compact and re-escape
+// it). An endpoint made through the Svix-compatible API gets the payload
+// itself, as Svix sends it: receivers moving from Svix parse it unchanged.
+func Body(sub *core.Subscription, job *core.Job) []byte {
 	ev := &job.Event
 	data := ev.Payload
 	if len(data) == 0 {
 		data = []byte("null")
+	}
+	if sub.SvixHeaders {
+		return data
 	}
 	b := make([]byte, 0, len(data)+len(ev.ID)+len(ev.Type)+128)
 	b = append(b, `{"id":`...)

@@ -110,7 +110,7 @@ func (s *Sender) Send(ctx context.Context, sub *core.Subscription, job *core.Job
 	start := time.Now()
 	defer func() { out.Duration = time.Since(start) }()
 
-	body := Body(job)
+	body := Body(sub, job)
 	secrets := sub.Secrets(now)
 	sigs := make([]string, 0, len(secrets))
 	for _, secret := range secrets {

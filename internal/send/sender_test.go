@@ -1,6 +1,7 @@
 package send
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -107,7 +108,8 @@ func TestSendHeadersAndSignature(t *testing.T) {
 }
 
 // A subscription made through the Svix-compatible API also carries
-// svix-* headers with the webhook-* values; one made through /v1 does not.
+// svix-* headers with the webhook-* values, and its body is the payload
+// itself, as Svix sends it; one made through /v1 gets neither.
 func TestSendSvixHeaders(t *testing.T) {
 	srv, got := recorder(t)
 	s := New(Config{Guard: NewGuard(loopback), UserAgent: "hookd/test"})
@@ -128,6 +130,9 @@ func TestSendSvixHeaders(t *testing.T) {
 			case !svix && len(v) != 0:
 				t.Errorf("a /v1 subscription got Svix-%s %q", name, v)
 			}
+		}
+		if payload := testJob().Event.Payload; svix != bytes.Equal(c.body, payload) {
+			t.Errorf("svix %v: body %s (the payload is %s)", svix, c.body, payload)
 		}
 		if svix && !strings.Contains(c.header.Get("Svix-Signature"), " ") {
 			t.Errorf("Svix-Signature %q lacks the previous secret's signature", c.header.Get("Svix-Signature"))
@@ -174,12 +179,16 @@ func TestBody(t *testing.T) {
 	job.Event.OrderingKey = "cus_42"
 	job.Delivery.Sequence = 7
 	want := `{"id":"evt_01HX","type":"payment.succeeded","timestamp":"2024-05-06T05:08:09Z","data":[1,` + "\n" + ` 2],"sequence":7,"ordering_key":"cus_42"}`
-	if got := string(Body(job)); got != want {
+	v1, svix := &core.Subscription{}, &core.Subscription{SvixHeaders: true}
+	if got := string(Body(v1, job)); got != want {
 		t.Errorf("Body:\n got %s\nwant %s", got, want)
+	}
+	if got := string(Body(svix, job)); got != "[1,\n 2]" {
+		t.Errorf("Body in Svix's format = %s, want the payload byte for byte", got)
 	}
 	job.Event.Payload = nil
 	job.Delivery.Sequence = 0
-	if got := string(Body(job)); !strings.HasSuffix(got, `"data":null}`) {
+	if got := string(Body(v1, job)); !strings.HasSuffix(got, `"data":null}`) {
 		t.Errorf("Body with no payload = %s", got)
 	}
 }

@@ -64,6 +64,10 @@ const ep = await svix.endpoint.create(app.id, { url, description: "orders", uid:
 assert.match(ep.id, /^ep_/);
 assert.equal(ep.url, url);
 const secret = (await svix.endpoint.getSecret(app.id, "orders-ep")).key;
+// This client names an endpoint's filter eventTypes and its rate throttleRate.
+const typed = await svix.endpoint.create(app.id, { url: `${url}/typed`, eventTypes: ["order.shipped"], throttleRate: 5 });
+assert.deepEqual(typed.eventTypes, ["order.shipped"]);
+assert.equal(typed.throttleRate, 5);
 
 // 2. A message arrives, and the SDK's own verify accepts its signature.
 const msg = await svix.message.create(app.id, {
@@ -73,7 +77,9 @@ const msg = await svix.message.create(app.id, {
 });
 assert.match(msg.id, /^msg_/);
 assert.equal(msg.eventId, "evt-one");
-verify(secret, (await deliveries("m-one", 1))[0]);
+const d1 = (await deliveries("m-one", 1))[0];
+verify(secret, d1);
+assert.deepEqual(JSON.parse(d1.body), { marker: "m-one" }, "the body is the payload, as Svix sends it");
 
 // 3. Its attempt is listed: a success...
 const attempts = await eventually("the attempt of m-one", async () => {
