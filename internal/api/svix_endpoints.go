@@ -502,16 +502,19 @@ func (s *Server) svixEndpointStats(w http.ResponseWriter, r *http.Request, p pri
 }
 
 type svixStatsJSON struct {
-	Success int64 `json:"success"`
-	Pending int64 `json:"pending"`
-	Sending int64 `json:"sending"`
-	Fail    int64 `json:"fail"`
+	Success  int64 `json:"success"`
+	Pending  int64 `json:"pending"`
+	Sending  int64 `json:"sending"`
+	Fail     int64 `json:"fail"`
+	Canceled int64 `json:"canceled"`
 }
 
 // endpointStats is the one place the Svix API reads an endpoint's
-// counts: the stats API's day buckets over [since, until) (default the
-// last 28 days), summed. sending stays 0: what is in flight is the
-// dispatcher's, on the node that sends to the endpoint.
+// counts: the stats API's day buckets covering [since, until) (default
+// the last 28 days; both ends widened to whole UTC days, the counts'
+// grain), summed. sending stays 0: what is in flight is the dispatcher's,
+// on the node that sends to the endpoint. canceled counts the skipped
+// (never sent: the endpoint was disabled or shed).
 func (s *Server) endpointStats(ctx context.Context, sub core.Subscription, since, until time.Time) (svixStatsJSON, error) {
 	const day = 24 * time.Hour
 	if until.IsZero() {
@@ -523,6 +526,9 @@ func (s *Server) endpointStats(ctx context.Context, sub core.Subscription, since
 	if !until.After(since) || until.Sub(since) > 400*day {
 		return svixStatsJSON{}, errQuery("until", "must be after since, by at most 400 days")
 	}
+	if u := until.Truncate(day); !u.Equal(until) {
+		until = u.Add(day)
+	}
 	bs, err := s.Store.DeliveryBuckets(ctx, store.DeliveryBucketsParams{SubscriptionID: sub.ID, TenantID: sub.TenantID,
 		Since: since.Truncate(day), Until: until, Width: day})
 	if err != nil {
@@ -530,7 +536,7 @@ func (s *Server) endpointStats(ctx context.Context, sub core.Subscription, since
 	}
 	var out svixStatsJSON
 	for _, b := range bs {
-		out.Success, out.Fail, out.Pending = out.Success+b.Delivered, out.Fail+b.Failed, out.Pending+b.Pending
+		out.Success, out.Fail, out.Pending, out.Canceled = out.Success+b.Delivered, out.Fail+b.Failed, out.Pending+b.Pending, out.Canceled+b.Skipped
 	}
 	return out, nil
 }

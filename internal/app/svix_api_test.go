@@ -260,6 +260,13 @@ func TestSvixEndpointStatsCountDeliveries(t *testing.T) {
 	if s := stats("ok"); s["fail"] != float64(0) || s["pending"] != float64(0) {
 		t.Errorf("the healthy endpoint's stats: %v", s)
 	}
+	// Any instant is taken (the SDK sends until=now): the counts are kept
+	// by UTC day, so the range widens to the days it touches.
+	now := time.Now().UTC()
+	q := "?since=" + now.Add(-time.Hour).Format(time.RFC3339Nano) + "&until=" + now.Add(time.Second).Format(time.RFC3339Nano)
+	if s := a.Must(http.StatusOK, "GET", "/api/v1/app/stats/endpoint/bad/stats"+strings.ReplaceAll(q, "+", "%2B"), nil); s["fail"] != float64(3) || s["canceled"] != float64(0) {
+		t.Errorf("stats until now: %v", s)
+	}
 	if st, out := a.Do("GET", "/api/v1/app/stats/endpoint/ok/stats?since=2020-01-01T00:00:00Z", nil); st != 422 {
 		t.Errorf("a range over 400 days: %d %v, want 422", st, out)
 	}
