@@ -155,6 +155,15 @@ func (s *Server) svixCreateApp(w http.ResponseWriter, r *http.Request, p princip
 		}
 	}
 	if err := s.svixAddApp(r.Context(), &t); err != nil {
+		// Another call made it meanwhile: getOrCreate from several workers
+		// at once is how clients create an application lazily.
+		var ae *apiError
+		if getIfExists && errors.As(err, &ae) && ae.Status == http.StatusConflict {
+			if existing, gerr := s.svixApp(r.Context(), p, t.UID); gerr == nil {
+				writeJSON(w, http.StatusOK, toSvixApp(existing))
+				return nil
+			}
+		}
 		return err
 	}
 	writeJSON(w, http.StatusCreated, toSvixApp(t))

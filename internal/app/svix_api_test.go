@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,6 +135,38 @@ func TestSvixApplicationsAndEndpointsAreTenantsAndSubscriptions(t *testing.T) {
 	// Two endpoints of one application may not share a uid.
 	if st, out := a.Do("POST", "/api/v1/app/"+id+"/endpoint", map[string]any{"url": rc.URL, "uid": "main"}); st != 409 || svixCode(out) != "conflict" {
 		t.Fatalf("a second uid main: %d %v", st, out)
+	}
+}
+
+// getOrCreate from several workers at once (a lazy first message) gives
+// every one of them the one application, whatever the uid's shape.
+func TestSvixGetOrCreateAtOnceGivesOneApplication(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	for _, uid := range []string{"lazy-app", "Lazy.App_2Y6"} {
+		const n = 8
+		ids := make(chan string, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				st, out := e.admin.Do("POST", "/api/v1/app?get_if_exists=true", map[string]any{"name": "Lazy", "uid": uid})
+				if st != http.StatusOK && st != http.StatusCreated {
+					t.Errorf("uid %s: %d %v", uid, st, out)
+					ids <- ""
+					return
+				}
+				ids <- out["id"].(string)
+			})
+		}
+		wg.Wait()
+		close(ids)
+		seen := map[string]int{}
+		for id := range ids {
+			seen[id]++
+		}
+		if len(seen) != 1 {
+			t.Errorf("uid %s: applications %v, want one for all %d calls", uid, seen, n)
+		}
 	}
 }
 
