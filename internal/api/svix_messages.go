@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -31,9 +32,18 @@ func toSvixMessage(ev core.Event, content bool) svixMessageJSON {
 	if !content {
 		payload = json.RawMessage(`{}`)
 	}
-	return svixMessageJSON{ID: msgID(ev.ID), EventType: ev.Type, EventID: nullIfEmpty(ev.IdempotencyKey),
-		Payload: payload, Timestamp: ev.CreatedAt}
+	var eventID *string
+	if !strings.HasPrefix(ev.IdempotencyKey, svixRequestKey) {
+		eventID = nullIfEmpty(ev.IdempotencyKey)
+	}
+	return svixMessageJSON{ID: msgID(ev.ID), EventType: ev.Type, EventID: eventID, Payload: payload, Timestamp: ev.CreatedAt}
 }
+
+// svixRequestKey prefixes an idempotency-key header's value in the
+// event's idempotency key: the header names a request, eventId a message,
+// and one must not answer for the other. Clients cannot post keys under
+// hookd.'s prefix, so neither can meet it.
+const svixRequestKey = core.ReservedPrefix + "svix.idempotency-key:"
 
 // withContent reads with_content (default true).
 func withContent(r *http.Request) bool { return r.URL.Query().Get("with_content") != "false" }
@@ -66,12 +76,18 @@ func (s *Server) svixCreateMessage(w http.ResponseWriter, r *http.Request, p pri
 	} else if len(channels) > 0 {
 		return errNotImplemented("channels")
 	}
-	ev := core.Event{Type: in.EventType, Payload: in.Payload, IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	ev := core.Event{Type: in.EventType, Payload: in.Payload}
 	if in.EventID != nil {
 		ev.IdempotencyKey = *in.EventID
 	}
 	if err := validateEvent(ev); err != nil {
 		return err
+	}
+	if h := r.Header.Get("Idempotency-Key"); h != "" && in.EventID == nil {
+		if len(h) > 255 {
+			return errInvalid("idempotency-key", "must be at most 255 characters")
+		}
+		ev.IdempotencyKey = svixRequestKey + h
 	}
 	app, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
 	if err != nil {

@@ -445,16 +445,28 @@ func TestSvixRepeatedMessageAnswersTheFirst(t *testing.T) {
 			t.Errorf("a repeated %s: %d %v, want %d and the first message %v", c.name, c.status, c.repeat, c.want, c.first)
 		}
 	}
-	if ids := msgIDs(a.Must(http.StatusOK, "GET", "/api/v1/app/idem/msg", nil)); !slices.Equal(ids, sorted(first["id"].(string), keyed["id"].(string))) {
-		t.Fatalf("messages %v, want the first two only", ids)
+	// The header names a request and eventId a message: the same string
+	// under the other one is another message, and a keyed message shows no
+	// eventId (npm clients send a key of their own with every POST).
+	st, crossed := e.svixPostKeyed("/api/v1/app/idem/msg", "order-1", msg("header-like-event-id"))
+	if st != http.StatusAccepted || crossed["id"] == first["id"] || keyed["eventId"] != nil || crossed["eventId"] != nil {
+		t.Errorf("idempotency-key order-1 beside eventId order-1: %d %v (keyed %v)", st, crossed, keyed)
 	}
-	for _, m := range []map[string]any{first, keyed} {
+	byKey := msg("event-id-like-header")
+	byKey["eventId"] = "key-1"
+	if st, out := a.Do("POST", "/api/v1/app/idem/msg", byKey); st != http.StatusAccepted || out["id"] == keyed["id"] || out["eventId"] != "key-1" {
+		t.Errorf("eventId key-1 beside idempotency-key key-1: %d %v", st, out)
+	}
+	if ids := msgIDs(a.Must(http.StatusOK, "GET", "/api/v1/app/idem/msg", nil)); len(ids) != 4 || !slices.Contains(ids, first["id"].(string)) || !slices.Contains(ids, keyed["id"].(string)) {
+		t.Fatalf("messages %v, want the first two and the two crossed ones", ids)
+	}
+	for _, m := range []map[string]any{first, keyed, crossed} {
 		ev := a.Must(http.StatusOK, "GET", "/v1/events/evt_"+strings.TrimPrefix(m["id"].(string), "msg_"), nil)
 		if n := len(ev["deliveries"].([]any)); n != 1 {
 			t.Errorf("event %v has %d deliveries, want 1", ev["id"], n)
 		}
 	}
-	testenv.Eventually(t, 10*time.Second, "the two messages delivered", func() bool { return rc.Count() >= 2 })
+	testenv.Eventually(t, 10*time.Second, "the four messages delivered", func() bool { return rc.Count() >= 4 })
 	if n := len(withMarker(rc, "changed-")); n != 0 {
 		t.Errorf("the receiver got %d repeats", n)
 	}
