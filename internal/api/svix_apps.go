@@ -107,6 +107,13 @@ func (s *Server) svixListApps(w http.ResponseWriter, r *http.Request, p principa
 	if err != nil {
 		return err
 	}
+	// Filters hookd does not apply are refused, not ignored: a list that
+	// looks filtered and is not misleads the caller.
+	for _, n := range []string{"exclude_apps_with_no_endpoints", "exclude_apps_with_disabled_endpoints", "exclude_apps_with_svix_play_endpoints"} {
+		if r.URL.Query().Get(n) == "true" {
+			return errNotImplemented("filtering by " + n)
+		}
+	}
 	if !p.admin { // a tenant key's organisation is its own application
 		t, err := s.Store.TenantGet(r.Context(), p.tenantID)
 		if err != nil {

@@ -54,6 +54,9 @@ type svixMessageIn struct {
 	EventID     *string        `json:"eventId"`
 	Channels    jsontext.Value `json:"channels"`
 	Application jsontext.Value `json:"application"`
+	// DeliverAt (a scheduled message) is refused: taken silently, the
+	// message would go out at once.
+	DeliverAt jsontext.Value `json:"deliverAt"`
 	// tags and payloadRetention*: taken, not kept (docs/svix.md).
 }
 
@@ -75,6 +78,9 @@ func (s *Server) svixCreateMessage(w http.ResponseWriter, r *http.Request, p pri
 		return err
 	} else if len(channels) > 0 {
 		return errNotImplemented("channels")
+	}
+	if len(in.DeliverAt) > 0 && string(in.DeliverAt) != "null" {
+		return errNotImplemented("deliverAt (scheduled messages)")
 	}
 	ev := core.Event{Type: in.EventType, Payload: in.Payload}
 	if in.EventID != nil {

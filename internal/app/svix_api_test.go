@@ -70,6 +70,7 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b"}, 422, "body.payload"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}, "eventId": strings.Repeat("k", 256)}, 422, "body.eventId"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}, "application": map[string]any{"name": "x"}}, 501, "not_implemented"},
+		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}, "deliverAt": "2030-01-01T00:00:00Z"}, 501, "not_implemented"},
 		{"/api/v1/event-type", map[string]any{"name": "Bad Name", "description": "d"}, 422, "body.name"},
 	} {
 		st, out := a.Do("POST", c.path, c.body)
@@ -83,6 +84,9 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 	}
 	if st, out := a.Do("GET", "/api/v1/app/acme/msg?limit=0", nil); st != 422 || svixLoc(out) != "query.limit" {
 		t.Errorf("limit=0: %d %v", st, out)
+	}
+	if st, out := a.Do("GET", "/api/v1/app?exclude_apps_with_no_endpoints=true", nil); st != 501 {
+		t.Errorf("an application filter hookd does not apply: %d %v, want 501", st, out)
 	}
 	if st, out := a.Do("GET", "/api/v1/app/acme/endpoint?iterator=garbage", nil); st != 422 || svixLoc(out) != "query.iterator" {
 		t.Errorf("iterator=garbage: %d %v", st, out)
