@@ -465,8 +465,12 @@ func toSvixTask(j core.ReplayJob) map[string]any {
 	if j.State != core.ReplayRunning {
 		status = "finished"
 	}
+	updated := j.UpdatedAt
+	if updated.IsZero() {
+		updated = j.CreatedAt
+	}
 	return map[string]any{"id": taskID(j.ID), "status": status, "task": "endpoint.recover",
-		"data": map[string]any{"replayed": j.Replayed}}
+		"data": map[string]any{"replayed": j.Replayed}, "updatedAt": updated}
 }
 
 // svixGetTask is a recover's progress: its replay job.

@@ -183,6 +183,12 @@ func svixStatus(st core.DeliveryState) int {
 	return 2
 }
 
+// svixStatusText is Svix's name of a status (statusText, which its
+// clients read beside status).
+func svixStatusText(status int) string {
+	return [...]string{"success", "pending", "fail", "sending"}[status]
+}
+
 // svixAttemptStatus is Svix's status of one finished attempt: a 2xx is a
 // success (0), anything else a failure (2).
 func svixAttemptStatus(a core.Attempt) int {
@@ -201,6 +207,7 @@ type svixAttemptJSON struct {
 	ResponseStatusCode int              `json:"responseStatusCode"`
 	ResponseDurationMs int64            `json:"responseDurationMs"`
 	Status             int              `json:"status"`
+	StatusText         string           `json:"statusText"`
 	TriggerType        int              `json:"triggerType"`
 	Timestamp          time.Time        `json:"timestamp"`
 	Msg                *svixMessageJSON `json:"msg,omitempty"`
@@ -235,7 +242,7 @@ func (v *attemptViews) json(row store.AttemptRow) svixAttemptJSON {
 	}
 	out := svixAttemptJSON{ID: attemptID(a), MsgID: msgID(d.EventID), EndpointID: epID(d.SubscriptionID),
 		URL: v.url(d.SubscriptionID), Response: resp, ResponseStatusCode: a.StatusCode,
-		ResponseDurationMs: a.Duration.Milliseconds(), Status: svixAttemptStatus(a), Timestamp: a.StartedAt}
+		ResponseDurationMs: a.Duration.Milliseconds(), Status: svixAttemptStatus(a), StatusText: svixStatusText(svixAttemptStatus(a)), Timestamp: a.StartedAt}
 	if v.msgs != nil {
 		m, ok := v.msgs[d.EventID]
 		if !ok {
@@ -354,6 +361,7 @@ func (s *Server) svixGetAttempt(w http.ResponseWriter, r *http.Request, p princi
 type svixEndpointMessageJSON struct {
 	svixMessageJSON
 	Status      int        `json:"status"`
+	StatusText  string     `json:"statusText"`
 	NextAttempt *time.Time `json:"nextAttempt"`
 }
 
@@ -394,7 +402,7 @@ func (s *Server) svixListAttemptedMessages(w http.ResponseWriter, r *http.Reques
 			return err
 		}
 		out.Data = append(out.Data, svixEndpointMessageJSON{svixMessageJSON: toSvixMessage(ev, content),
-			Status: svixStatus(d.State), NextAttempt: nextAttempt(d)})
+			Status: svixStatus(d.State), StatusText: svixStatusText(svixStatus(d.State)), NextAttempt: nextAttempt(d)})
 	}
 	svixPage(w, out, limit, func(m svixEndpointMessageJSON) svixEndpointMessageJSON { return m })
 	return nil
@@ -403,6 +411,7 @@ func (s *Server) svixListAttemptedMessages(w http.ResponseWriter, r *http.Reques
 type svixMessageEndpointJSON struct {
 	svixEndpointJSON
 	Status      int        `json:"status"`
+	StatusText  string     `json:"statusText"`
 	NextAttempt *time.Time `json:"nextAttempt"`
 }
 
@@ -423,7 +432,7 @@ func (s *Server) svixListAttemptedDestinations(w http.ResponseWriter, r *http.Re
 			return err
 		}
 		out.Data = append(out.Data, svixMessageEndpointJSON{svixEndpointJSON: toSvixEndpoint(sub),
-			Status: svixStatus(d.State), NextAttempt: nextAttempt(d)})
+			Status: svixStatus(d.State), StatusText: svixStatusText(svixStatus(d.State)), NextAttempt: nextAttempt(d)})
 	}
 	svixPage(w, out, len(out.Data), func(m svixMessageEndpointJSON) svixMessageEndpointJSON { return m })
 	return nil

@@ -284,7 +284,8 @@ func TestSvixEndpointStatsCountDeliveries(t *testing.T) {
 	a := e.admin
 	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Stats", "uid": "stats"})
 	a.Must(http.StatusCreated, "POST", "/api/v1/app/stats/endpoint", map[string]any{"url": ok.URL, "uid": "ok"})
-	a.Must(http.StatusCreated, "POST", "/api/v1/app/stats/endpoint", map[string]any{"url": bad.URL, "uid": "bad"})
+	badEp := a.Must(http.StatusCreated, "POST", "/api/v1/app/stats/endpoint", map[string]any{"url": bad.URL, "uid": "bad"})["id"].(string)
+	e.noRetries(badEp) // a 400 fails at once
 	for i := range 3 {
 		a.Must(http.StatusAccepted, "POST", "/api/v1/app/stats/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"i": i}})
 	}
@@ -404,6 +405,42 @@ func TestSvixChosenSecretSignsDeliveries(t *testing.T) {
 			t.Errorf("the webhook-* headers do not verify under the chosen secret: %v", err)
 		}
 	}
+}
+
+// An endpoint made through the Svix API retries a 404, as Svix does; one
+// made through /v1 fails on it at once (DESIGN.md "Sending").
+func TestSvixEndpointRetriesA4xx(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	viaSvix, viaV1 := testenv.NewReceiver(t), testenv.NewReceiver(t)
+	viaSvix.Respond = testenv.Statuses(http.StatusNotFound, http.StatusOK)
+	viaV1.Respond = testenv.Statuses(http.StatusNotFound, http.StatusOK)
+	a := e.admin
+	ep := e.svixEndpoint("retry4xx", viaSvix.URL)
+	a.Must(http.StatusOK, "PATCH", "/v1/subscriptions/sub_"+strings.TrimPrefix(ep, "ep_"), map[string]any{"retry_schedule": []string{"1s"}})
+	v1 := a.Must(http.StatusCreated, "POST", "/v1/subscriptions", map[string]any{"tenant_id": "retry4xx", "url": viaV1.URL, "event_types": []string{"*"}, "retry_schedule": []string{"1s"}})
+	a.Must(http.StatusAccepted, "POST", "/api/v1/app/retry4xx/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"marker": "m4xx"}})
+	state := func(sub string) string {
+		ds := a.Must(http.StatusOK, "GET", "/v1/subscriptions/"+sub+"/deliveries", nil)["data"].([]any)
+		if len(ds) != 1 {
+			return ""
+		}
+		return ds[0].(map[string]any)["state"].(string)
+	}
+	svixSub := "sub_" + strings.TrimPrefix(ep, "ep_")
+	testenv.Eventually(t, 15*time.Second, "the Svix endpoint's delivery delivered, the /v1 one failed", func() bool {
+		return state(svixSub) == "delivered" && state(v1["id"].(string)) == "failed"
+	})
+	if n, m := viaSvix.Count(), viaV1.Count(); n != 2 || m != 1 {
+		t.Errorf("attempts: %d at the Svix endpoint (want 404 then 200), %d at the /v1 one (want the 404 only)", n, m)
+	}
+}
+
+// noRetries sets a Svix endpoint's retry schedule to none through /v1, so
+// that its next failure is final: made through the Svix API, it retries
+// every answer but a 2xx or 410, as Svix does.
+func (e *env) noRetries(ep string) {
+	e.admin.Must(http.StatusOK, "PATCH", "/v1/subscriptions/sub_"+strings.TrimPrefix(ep, "ep_"), map[string]any{"retry_schedule": []string{}})
 }
 
 // svixEndpoint makes application uid through the Svix API, with one
@@ -603,11 +640,12 @@ func TestSvixRecoverUntilReplaysOnlyTheWindow(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		w.WriteHeader(http.StatusBadRequest) // fails at once, no retries
+		w.WriteHeader(http.StatusBadRequest)
 	}
 	a := e.admin
 	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	ep := e.svixEndpoint("win", rc.URL)
+	e.noRetries(ep) // the 400 fails at once
 	failed := func(marker string) map[string]any {
 		m := a.Must(http.StatusAccepted, "POST", "/api/v1/app/win/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{"marker": marker}})
 		testenv.Eventually(t, 10*time.Second, marker+" failed", func() bool {

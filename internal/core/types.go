@@ -132,7 +132,8 @@ type Subscription struct {
 	// SvixHeaders: Svix's wire format. Each attempt also carries svix-id,
 	// svix-timestamp and svix-signature (the webhook-* values), for
 	// receivers verifying with Svix's libraries, and its body is the
-	// payload itself, not hookd's envelope. Set on subscriptions created
+	// payload itself, not hookd's envelope; and, as Svix does, every
+	// answer but a 2xx or 410 is retried. Set on subscriptions created
 	// through /api/v1.
 	SvixHeaders bool
 	// An endpoint's fields in the Svix-compatible API: its uid (unique

@@ -66,6 +66,11 @@ func classify(code int, sub *core.Subscription) Class {
 		return Retry
 	case code == http.StatusGone:
 		return Gone
+	case sub.SvixHeaders:
+		// Made through the Svix-compatible API: Svix retries any other
+		// answer, and receivers moved from it count on that (a 404 while
+		// they deploy, a 401 while a secret rotates).
+		return Retry
 	}
 	return Fail
 }

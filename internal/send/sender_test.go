@@ -215,6 +215,7 @@ func TestClassification(t *testing.T) {
 	tests := []struct {
 		path       string
 		retryCodes []int
+		svix       bool // made through the Svix-compatible API
 		class      Class
 		retryAfter time.Duration // exact unless dated
 		dated      bool
@@ -233,6 +234,10 @@ func TestClassification(t *testing.T) {
 		{path: "/408", class: Retry},
 		{path: "/410", class: Gone},
 		{path: "/422", class: Fail},
+		{path: "/301", svix: true, class: Retry},
+		{path: "/400", svix: true, class: Retry},
+		{path: "/404", svix: true, class: Retry},
+		{path: "/410", svix: true, class: Gone},
 		{path: "/425", class: Retry},
 		{path: "/429?retry_after=30", class: Retry, retryAfter: 30 * time.Second},
 		{path: "/429?retry_after=" + strings.ReplaceAll(date, " ", "%20"), class: Retry, retryAfter: 2 * time.Minute, dated: true},
@@ -244,9 +249,9 @@ func TestClassification(t *testing.T) {
 	}
 	s := New(Config{Guard: NewGuard(loopback), KeepSuccessResponse: true})
 	for _, tt := range tests {
-		t.Run(tt.path, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s,svix=%v", tt.path, tt.svix), func(t *testing.T) {
 			sub := testSub(srv.URL + tt.path)
-			sub.RetryStatusCodes = tt.retryCodes
+			sub.RetryStatusCodes, sub.SvixHeaders = tt.retryCodes, tt.svix
 			out := s.Send(context.Background(), sub, testJob(), time.Now())
 			code, _ := strconv.Atoi(strings.Trim(strings.SplitN(tt.path, "?", 2)[0], "/"))
 			if out.Class != tt.class || out.StatusCode != code || out.Err != "" {
