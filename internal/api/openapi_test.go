@@ -92,6 +92,7 @@ var svixRoutes = []string{
 	"PATCH /api/v1/event-type/{event_type_name}",
 	"DELETE /api/v1/event-type/{event_type_name}",
 	"GET /api/v1/background-task/{task_id}",
+	"POST /api/v1/auth/logout",
 }
 
 // otherRoutes are the unauthenticated routes outside /v1, also documented.
@@ -101,6 +102,7 @@ var otherRoutes = []string{
 	"GET /openapi.json",
 	"GET /metrics",
 	"POST /portal/session",
+	"DELETE /portal/session", // a portal session's own key
 }
 
 func allRoutes() []string {

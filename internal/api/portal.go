@@ -90,10 +90,12 @@ func (s *Server) createPortalLink(w http.ResponseWriter, r *http.Request, p prin
 	}
 	life := defaultPortalLink
 	if req.ExpiresIn != nil {
-		life = time.Duration(*req.ExpiresIn) * time.Second
-		if life < minPortalLink || life > maxPortalLink {
+		// Bounded before it becomes a Duration, which a huge one would overflow.
+		n := *req.ExpiresIn
+		if n < int(minPortalLink/time.Second) || n > int(maxPortalLink/time.Second) {
 			return errInvalid("expires_in", "must be from 60 to 86400 seconds (a minute to a day)")
 		}
+		life = time.Duration(n) * time.Second
 	}
 	token := NewToken("pt_")
 	now := time.Now().UTC()
@@ -157,5 +159,26 @@ func (s *Server) exchangePortalLink(w http.ResponseWriter, r *http.Request) erro
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, map[string]any{"api_key": secret, "tenant_id": k.TenantID, "expires_at": k.ExpiresAt})
+	return nil
+}
+
+// endPortalSession is the dashboard's sign-out (and Svix's auth/logout):
+// the calling portal session's key is revoked at once, rather than left
+// valid until its link's expiry. Other keys are revoked by their owner
+// (DELETE /v1/tenants/{id}/keys/{key_id}).
+func (s *Server) endPortalSession(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := noBody(w, r); err != nil {
+		return err
+	}
+	if !p.portal {
+		return &apiError{Status: http.StatusForbidden, Code: "forbidden",
+			Message: "only a portal session signs out here; revoke a key with DELETE /v1/tenants/{id}/keys/{key_id}"}
+	}
+	_, err := s.Store.APIKeyRevoke(audit.Record(r.Context(), audit.KeyRevoke, p.keyID, nil), p.tenantID, p.keyID, time.Now().UTC())
+	if err != nil && !errors.Is(err, store.ErrConflict) { // ErrConflict: revoked meanwhile
+		return err
+	}
+	s.Keys.Forget(p.keyID)
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -146,6 +146,7 @@ func New(cfg Config) *Server {
 	s.route("GET /v1/subscriptions/{id}/deliveries/count", s.countDeliveries)
 	s.route("POST /v1/tenants/{id}/portal-link", s.createPortalLink)
 	s.mux.HandleFunc("POST /portal/session", s.portalSession)
+	s.route("DELETE /portal/session", s.endPortalSession)
 	s.svixRoutes()
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := s.allowed(r); len(allow) > 0 {

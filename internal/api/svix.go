@@ -69,6 +69,7 @@ func (s *Server) svixRoutes() {
 	s.svixRoute("DELETE /api/v1/event-type/{event_type_name}", s.svixDeleteEventType)
 
 	s.svixRoute("GET /api/v1/background-task/{task_id}", s.svixGetTask)
+	s.svixRoute("POST /api/v1/auth/logout", s.endPortalSession)
 
 	s.mux.HandleFunc(svixPrefix, svixOther)
 	s.mux.HandleFunc("/ingest/api/v1/", svixOther) // Svix's Ingest: none of it is served
@@ -133,7 +134,6 @@ var SvixUnsupported = []string{
 	"POST /api/v1/auth/app/{app_id}/expire-all",
 	"GET /api/v1/auth/app/{app_id}/poller/{endpoint_id}/token",
 	"POST /api/v1/auth/app/{app_id}/poller/{endpoint_id}/token/rotate",
-	"POST /api/v1/auth/logout",
 	"POST /api/v1/auth/one-time-token",
 	"GET /api/v1/background-task",
 	"POST /api/v1/environment/export",

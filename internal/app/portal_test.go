@@ -71,6 +71,7 @@ func TestPortalLinkAPI(t *testing.T) {
 		{e.admin, "/v1/tenants/nobody/portal-link", nil, 404, ""},
 		{e.admin, "/v1/tenants/acme/portal-link", map[string]any{"expires_in": 30}, 422, "expires_in"},
 		{e.admin, "/v1/tenants/acme/portal-link", map[string]any{"expires_in": 86401}, 422, "expires_in"},
+		{e.admin, "/v1/tenants/acme/portal-link", map[string]any{"expires_in": 36028797018967568}, 422, "expires_in"}, // 3600 s once multiplied to ns and wrapped
 		{e.admin, "/v1/tenants/acme/portal-link", `{"expires_in":"1h"}`, 400, "expires_in"},
 		{e.admin, "/v1/tenants/acme/portal-link", `{"expires":60}`, 400, "expires"},
 		{&testenv.Client{T: t, Base: e.base}, "/v1/tenants/acme/portal-link", nil, 401, ""},
@@ -217,4 +218,35 @@ func TestPortalLinkAPI(t *testing.T) {
 	if len(sessions) != 2 || sessions[0]["actor"] != "portal" || sessions[0]["tenant_id"] != "acme" {
 		t.Errorf("portal.session entries %v, want 2 of acme by the portal", sessions)
 	}
+}
+
+// A portal session signs out on the server (the dashboard's Sign out, and
+// Svix's auth/logout): its key is refused at once. No other token may.
+func TestPortalSessionSignsOut(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	acme := e.tenantKey("acme")
+	for _, path := range []string{"/portal/session", "/api/v1/auth/logout"} {
+		method := http.MethodDelete
+		if strings.HasPrefix(path, "/api/") {
+			method = http.MethodPost
+		}
+		for _, c := range []*testenv.Client{e.admin, acme} {
+			if st, _ := c.Do(method, path, nil); st != http.StatusForbidden {
+				t.Errorf("%s %s with a key that is no portal session: %d, want 403", method, path, st)
+			}
+		}
+		link := e.admin.Must(http.StatusCreated, "POST", "/v1/tenants/acme/portal-link", nil)["url"].(string)
+		_, out := e.exchange(link[strings.Index(link, "pt_"):])
+		session := &testenv.Client{T: t, Base: e.base, Token: out["api_key"].(string)}
+		session.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)
+		if st, _ := session.Do(method, path, nil); st != http.StatusNoContent {
+			t.Fatalf("%s %s: %d, want 204", method, path, st)
+		}
+		if st, _ := session.Do("GET", "/v1/subscriptions", nil); st != http.StatusUnauthorized {
+			t.Errorf("after %s %s the session's key answers %d, want 401", method, path, st)
+		}
+	}
+	// Both tokens that signed in and out still work: only the session ended.
+	acme.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)
 }

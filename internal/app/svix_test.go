@@ -149,6 +149,9 @@ func TestSvixSupportTable(t *testing.T) {
 			continue
 		}
 		served[route] = true
+		if route == "POST /api/v1/auth/logout" {
+			continue // a portal session's call, not the admin's: TestPortalSessionSignsOut
+		}
 		if route != "GET /api/v1/health" {
 			e.svixTenancy(r, path, body, other)
 		}

@@ -42,7 +42,8 @@ func TestEndpointHost(t *testing.T) {
 		}
 	}
 	for _, raw := range []string{"", "ftp://x.com", "/relative", "http://", "http://x.com/#frag", "javascript:alert(1)",
-		"http://[fe80::1%25eth0]/", "http://[fe80::1%25eth0]:0]:90"} { // IPv6 zones
+		"http://[fe80::1%25eth0]/", "http://[fe80::1%25eth0]:0]:90", // IPv6 zones
+		"http://x.com/hook?a=b HTTP/1.0", "http://x.com/caf\u00e9", "http://x.com/\x7f"} { // sent raw in the request line
 		if _, err := EndpointHost("url", raw); err == nil {
 			t.Errorf("EndpointHost(%q) accepted", raw)
 		}

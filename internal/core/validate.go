@@ -85,6 +85,11 @@ func EndpointHost(field, raw string) (string, error) {
 	if len(raw) > 2048 {
 		return "", fieldErr(field, "must be at most 2048 characters")
 	}
+	// Go sends a query as given: a raw space would split the request line
+	// ("POST /x?a=b HTTP/1.0 HTTP/1.1") for the receiver or a proxy to misread.
+	if strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		return "", fieldErr(field, "must be printable ASCII without spaces: percent-encode the rest (a space is %%20)")
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fieldErr(field, "is not a valid URL")

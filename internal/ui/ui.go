@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -53,10 +55,20 @@ func Handler(frameAncestors []string) http.Handler {
 // ParseOrigin checks one --frame-ancestors value: an origin, scheme and
 // host (and port), nothing else, so the policy stays well-formed.
 func ParseOrigin(v string) (string, error) {
+	bad := fmt.Errorf("%q is not an origin like https://app.example.com", v)
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
-		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(u.Host, " ;,'*") {
-		return "", fmt.Errorf("%q is not an origin like https://app.example.com", v)
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", bad
 	}
-	return u.Scheme + "://" + u.Host, nil
+	// It is written into the CSP as given: only a host name or IP and a
+	// port may pass, or a stray quote or bracket would break the header.
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	if _, err := netip.ParseAddr(host); err != nil && (host == "" || strings.Trim(host, "abcdefghijklmnopqrstuvwxyz0123456789.-") != "") {
+		return "", bad
+	}
+	if p, err := strconv.Atoi(port); strings.HasSuffix(u.Host, ":") || port != "" && (err != nil || p < 1 || p > 65535) {
+		return "", bad
+	}
+	return u.Scheme + "://" + strings.ToLower(u.Host), nil
 }

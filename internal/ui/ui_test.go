@@ -58,13 +58,14 @@ func TestFrameAncestors(t *testing.T) {
 	if got := csp([]string{"https://app.example.com", "https://b.example:8443"}); !strings.HasSuffix(got, "frame-ancestors https://app.example.com https://b.example:8443") {
 		t.Errorf("policy %q", got)
 	}
-	for _, ok := range []string{"https://app.example.com", "http://localhost:3000", "https://app.example.com/"} {
+	for _, ok := range []string{"https://app.example.com", "http://localhost:3000", "https://app.example.com/", "http://[::1]:8080", "HTTP://A.COM"} {
 		if _, err := ParseOrigin(ok); err != nil {
 			t.Errorf("ParseOrigin(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "*", "app.example.com", "https://*.example.com", "https://a.example.com/path",
-		"https://a.example.com; script-src *", "javascript:alert(1)", "https://u:p@a.example.com", "https://a.example.com?x"} {
+		"https://a.example.com; script-src *", "javascript:alert(1)", "https://u:p@a.example.com", "https://a.example.com?x",
+		`http://a.com"`, "http://a.com)", "http://a.com:", "http://a.com:99999", "http://a.com:0"} { // each would be written into the CSP
 		if _, err := ParseOrigin(bad); err == nil {
 			t.Errorf("ParseOrigin(%q) accepted it", bad)
 		}

@@ -454,7 +454,7 @@ function tenantOptions(tenants) {
 }
 
 function signOut(msg) {
-  for (const k of ['hookd.token', 'hookd.admin', 'hookd.portal', 'hookd.expires', 'hookd.tenants']) store.removeItem(k);
+  for (const k of ['hookd.token', 'hookd.admin', 'hookd.portal', 'hookd.expires', 'hookd.tenants', 'hookd.tenant']) store.removeItem(k);
   clearTimeout(refresher);
   if (location.hash !== '#/') history.replaceState(null, '', '#/');
   signIn();
@@ -1117,7 +1117,16 @@ async function route(keepFlash, quiet) {
   const [path, q] = location.hash.replace(/^#/, '').split('?');
   const params = new URLSearchParams(q || '');
   const found = routes.find(([re]) => re.test(path));
-  if (found && found[2] === 'public') return found[1](decodeURIComponent(found[0].exec(path)[1]));
+  if (found && found[2] === 'public') {
+    let arg;
+    try {
+      arg = decodeURIComponent(found[0].exec(path)[1]);
+    } catch (e) {
+      history.replaceState(null, '', '#/');
+      return signIn('This link is not valid: it was cut or changed. Ask for a new one.');
+    }
+    return found[1](arg);
+  }
   if (!store.getItem('hookd.token')) return signIn();
   if (keepFlash !== true) flash('');
   header();
@@ -1142,6 +1151,17 @@ async function route(keepFlash, quiet) {
   }
 }
 
-document.getElementById('signout').addEventListener('click', () => signOut('Signed out.'));
+// A portal session's key is revoked on the server too: cleared from the
+// tab alone, it would stay valid until its link's expiry.
+document.getElementById('signout').addEventListener('click', async () => {
+  if (portal()) {
+    try {
+      await call('DELETE', '/portal/session', undefined, store.getItem('hookd.token'));
+    } catch (e) {
+      // Ended already (401), or unreachable: the tab forgets it all the same.
+    }
+  }
+  signOut('Signed out.');
+});
 window.addEventListener('hashchange', () => route());
 route();
