@@ -110,6 +110,13 @@ func New(st store.Store, reg *subs.Registry, notify func([]core.Job), opts ...Op
 func (in *Ingester) Submit(ctx context.Context, ev core.Event) (Result, error) {
 	r := request{ev: ev, reply: make(chan reply, 1)}
 	select {
+	case <-in.quit:
+		// Checked first: with both ready a select picks at random, and a
+		// request queued after the loop's last drain is never answered.
+		return Result{}, ErrClosed
+	default:
+	}
+	select {
 	case in.in <- r:
 	case <-in.quit:
 		return Result{}, ErrClosed
@@ -120,6 +127,16 @@ func (in *Ingester) Submit(ctx context.Context, ev core.Event) (Result, error) {
 	select {
 	case rep := <-r.reply:
 		return rep.res, rep.err
+	case <-in.done:
+		// Every queued request is answered before done closes: no reply now
+		// means this one came in after the loop's last look (a shutdown),
+		// and nothing of it was written.
+		select {
+		case rep := <-r.reply:
+			return rep.res, rep.err
+		default:
+			return Result{}, ErrClosed
+		}
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}

@@ -232,3 +232,49 @@ func created(t *testing.T, m *metrics.Metrics, state string) float64 {
 	t.Fatalf("no hookd_deliveries_created_total{state=%q}", state)
 	return 0
 }
+
+// Submits racing Close are all answered, at once: each either committed
+// (and in the store) or ErrClosed. One queued after the loop's last drain
+// used to wait out its context (30 s for hookd's own events at shutdown).
+func TestSubmitsRacingCloseAreAnswered(t *testing.T) {
+	g, in, _, _ := setup(t)
+	g.release()
+	const workers = 64
+	type answer struct {
+		id  string
+		err error
+	}
+	answers := make(chan answer, workers*1000)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range 1000 {
+				res, err := in.Submit(context.Background(), core.Event{TenantID: core.DefaultTenant, Type: "a.b", Payload: []byte(`{}`)})
+				answers <- answer{res.EventID, err}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	testenv.Eventually(t, 5*time.Second, "some events committed", func() bool { return len(answers) > workers })
+	in.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Submit racing Close was not answered within 10 s")
+	}
+	close(answers)
+	for a := range answers {
+		switch {
+		case a.err == nil:
+			if _, _, err := g.Store.EventGet(context.Background(), core.DefaultTenant, a.id); err != nil {
+				t.Errorf("event %s answered committed is not in the store: %v", a.id, err)
+			}
+		case !errors.Is(a.err, ErrClosed):
+			t.Errorf("Submit racing Close: %v, want ErrClosed", a.err)
+		}
+	}
+}
