@@ -65,9 +65,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
-	}
 	opts := bench.Options{
 		Scenario: *scenario, Duration: *duration, Drain: *drain,
 		Concurrency: *concurrency, Fanout: *fanout, DB: *db,

@@ -47,7 +47,15 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 	if err != nil {
 		return err
 	}
-	return fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	// No command takes arguments, and Go's flag package stops at the first
+	// one: "serve h.db --addr :9" would drop --addr and open ./hookd.db.
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q: every setting is a flag (--db FILE)", fs.Name(), fs.Arg(0))
+	}
+	return nil
 }
 
 // listFlag is a repeatable string flag.

@@ -34,9 +34,6 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("listen: unexpected argument %q", fs.Arg(0))
-	}
 	if *status < 200 || *status > 599 {
 		return fmt.Errorf("listen: --status %d: want an HTTP status from 200 to 599", *status)
 	}

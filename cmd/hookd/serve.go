@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -97,8 +98,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *shedAt < 0 {
 		return fmt.Errorf("--shed-backlog must be 0 (never shed) or positive")
 	}
-	if *ingestRate < 0 {
-		return fmt.Errorf("--ingest-rate must be 0 (no limit) or positive")
+	if !(*ingestRate >= 0) || math.IsInf(*ingestRate, 1) { // NaN compares false, and read as no limit
+		return fmt.Errorf("--ingest-rate must be 0 (no limit) or a positive number")
+	}
+	if *shutdown <= 0 {
+		return fmt.Errorf("--shutdown-timeout must be positive")
 	}
 	if *ingestBurst < 1 {
 		return fmt.Errorf("--ingest-burst must be at least 1")

@@ -120,7 +120,10 @@ func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
 // metrics address without a port is refused before anything opens.
 func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
 	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}, {"--idle-timeout", "0s"},
-		{"--ingest-rate", "-1"}, {"--ingest-burst", "0"}, {"--max-subscriptions", "-1"}, {"--metrics-addr", "9464"}} {
+		{"--ingest-rate", "-1"}, {"--ingest-rate", "NaN"}, {"--ingest-burst", "0"}, {"--max-subscriptions", "-1"}, {"--metrics-addr", "9464"},
+		{"--shutdown-timeout", "0s"}, {"--shutdown-timeout", "-5s"},
+		// A stray argument ends Go's flag parsing: the flags after it were dropped.
+		{"stray.db", "--retention"}} {
 		db := filepath.Join(t.TempDir(), "hookd.db")
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-token", "t",
