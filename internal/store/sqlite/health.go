@@ -14,6 +14,10 @@ import (
 )
 
 func (s *Store) HealthPing(ctx context.Context) error {
+	// An idle node notices a removed file too, not only its next write.
+	if err := s.stillAtPath(); err != nil {
+		return err
+	}
 	var one int
 	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
 		return fmt.Errorf("sqlite: ping: %w", mapErr(err))

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -42,6 +43,9 @@ type Store struct {
 
 	keys         *seal.Keyring // seals and opens subscriptions' secrets and headers
 	sealedAtOpen int           // subscriptions Open found in the clear (SealedAtOpen)
+
+	path string      // the database file's path
+	file os.FileInfo // what path named at Open: writes stop if it names another (stillAtPath)
 }
 
 // hotReads are the dispatcher's refill queries: parsing them cost as much
@@ -149,7 +153,14 @@ func Open(ctx context.Context, path string, keys *seal.Keyring) (*Store, error) 
 		r.Close()
 		return nil, err
 	}
-	st := &Store{w: w, d: dc, wlock: make(chan struct{}, 1), r: r, stmts: map[string]*sql.Stmt{}, keys: keys}
+	file, err := os.Stat(path)
+	if err != nil {
+		w.Close()
+		r.Close()
+		dc.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	st := &Store{w: w, d: dc, wlock: make(chan struct{}, 1), r: r, stmts: map[string]*sql.Stmt{}, keys: keys, path: path, file: file}
 	for _, q := range hotReads {
 		p, err := r.PrepareContext(ctx, q)
 		if err != nil {
@@ -185,7 +196,7 @@ func Migrate(ctx context.Context, path string) error {
 // Close waits for the write in progress, if any. A write after it fails
 // (store.ErrUnavailable); the direct writer would use freed memory.
 func (s *Store) Close() error {
-	s.lockWriter(context.Background())
+	s.takeWriter(context.Background())
 	defer s.unlockWriter()
 	if s.closed {
 		return nil
