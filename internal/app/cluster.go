@@ -152,6 +152,10 @@ func (c *cluster) reloadOnce(ctx context.Context) {
 		}
 		return
 	}
+	// Disabled, paused or deleted on another node: nothing this node
+	// queued for them may go out (should one be active again by the time
+	// its lane is picked, its skipped deliveries would be sent).
+	c.dispatch.DropInactive()
 	c.mu.Lock()
 	waiting := c.waiting
 	c.waiting = map[string]bool{}

@@ -121,7 +121,32 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	}
 	now := time.Now()
 	h, l := d.laneLocked(hostName, subID)
+	if sub, ok := d.cfg.Subs.Get(subID); !ok || sub.State != core.SubActive {
+		// Disabled (its pending deliveries written skipped), paused or
+		// deleted: what the lane holds must not go out should the
+		// subscription be active again before it is next picked.
+		d.dropLocked(l)
+		return
+	}
 	l.due(now)
 	l.wokeAt = now
 	d.pumpLocked(h, now)
+}
+
+// DropInactive forgets the queued work of every subscription no longer
+// active, as Wake does for one: a node that hears of changes made on
+// another calls it after reloading its registry.
+func (d *Dispatcher) DropInactive() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.hosts {
+		for id, l := range h.lanes {
+			if l.queued() == 0 {
+				continue
+			}
+			if sub, ok := d.cfg.Subs.Get(id); !ok || sub.State != core.SubActive {
+				d.dropLocked(l)
+			}
+		}
+	}
 }

@@ -884,3 +884,56 @@ func TestSimRetryAfterEndsWithoutABurst(t *testing.T) {
 		}
 	})
 }
+
+// A subscription disabled while its circuit holds its deliveries (queued
+// in the dispatcher), then made active again before the circuit's probe:
+// the disable wrote them skipped, and nothing of them may go out (a
+// hostile pass saw all twelve sent after the re-enable, skipped turned
+// delivered). Only a replay brings them back.
+func TestSimReenabledSubscriptionSendsNothingItsDisableSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var fixed atomic.Bool
+		ep, sub := s.endpoint("held", func(time.Time, int, string) reply {
+			if fixed.Load() {
+				return reply{status: 200, latency: 10 * time.Millisecond}
+			}
+			return reply{status: 500, latency: 10 * time.Millisecond}
+		}, func(sub *core.Subscription) {
+			sub.RetrySchedule = []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second}
+		})
+		s.start()
+		svc := subs.NewService(s.store, s.subs, s.d.Wake)
+		const n = 12
+		for range n {
+			s.post("sim.held", "")
+		}
+		deadline := time.Now().Add(time.Minute)
+		for s.d.Health(sub.Host, sub.ID).Circuit != "open" {
+			if time.Now().After(deadline) {
+				t.Fatal("the circuit did not open within a minute of 500s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		fixed.Store(true)
+		if _, err := svc.Disable(context.Background(), sub.ID, "disabled by request"); err != nil {
+			t.Fatal(err)
+		}
+		before := len(ep.snapshot())
+		if _, err := svc.Update(context.Background(), "", sub.ID, func(s *core.Subscription) error {
+			s.State, s.DisabledReason = core.SubActive, ""
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Minute) // past every probe the open circuit would make
+		synctest.Wait()
+		if sent := len(ep.snapshot()) - before; sent != 0 {
+			t.Errorf("%d attempts after the re-enable, want none: the disable skipped every delivery", sent)
+		}
+		if st := s.states(sub); st[core.DeliverySkipped] != n {
+			t.Errorf("deliveries %v, want all %d skipped", st, n)
+		}
+		s.stop()
+	})
+}

@@ -46,3 +46,19 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 	}
 	return ms, nil
 }
+
+// CheckNotNewer refuses a database that recorded a migration this build
+// does not know: a newer release wrote it, and this one would read and
+// write it without what that migration changed (a rolled-back node once
+// took events and failed every delivery on secrets it could not read).
+func CheckNotNewer(ms []Migration, applied int) error {
+	known := 0
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].Version
+	}
+	if applied > known {
+		return fmt.Errorf("the database's schema is at migration %d, newer than this build knows (%d): a newer hookd migrated it; "+
+			"run that release (a rollback needs a backup taken before the upgrade)", applied, known)
+	}
+	return nil
+}

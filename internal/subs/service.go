@@ -80,7 +80,8 @@ func (v *Service) CreateWithin(ctx context.Context, s core.Subscription, max int
 // Update applies mutate to the stored subscription (of tenantID; "" any)
 // and writes the result with UpdatedAt now. ID, tenant and CreatedAt stay.
 // It wakes the dispatcher when the subscription became active, or moved
-// host while active: its held deliveries may go now. It returns the
+// host while active: its held deliveries may go now; and when it stopped
+// being active, so that nothing queued goes out. It returns the
 // subscription as written. An error from mutate is returned as is, and
 // nothing is written. store.ErrNotFound if absent, deleted or another
 // tenant's.
@@ -128,7 +129,10 @@ func (v *Service) write(ctx context.Context, tenantID, id, action string, mutate
 		return core.Subscription{}, fmt.Errorf("updating subscription: %w", err)
 	}
 	v.reg.Put(next)
-	if v.wake != nil && next.State == core.SubActive && (cur.State != core.SubActive || cur.Host != next.Host) {
+	// Woken on leaving active too: the dispatcher then forgets what it
+	// queued, which this write skipped (disabled) or holds (paused).
+	if v.wake != nil && (next.State == core.SubActive && (cur.State != core.SubActive || cur.Host != next.Host) ||
+		cur.State == core.SubActive && next.State != core.SubActive) {
 		v.wake(next.Host, next.ID)
 	}
 	return next, nil

@@ -60,6 +60,9 @@ func migrateTo(ctx context.Context, conn *pgx.Conn, last int) error {
 		done := map[int]bool{}
 		for _, v := range applied {
 			done[v] = true
+			if err := store.CheckNotNewer(ms, v); err != nil {
+				return err
+			}
 		}
 		for _, m := range ms {
 			if done[m.Version] || m.Version > last {

@@ -50,6 +50,9 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) error {
 	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&done); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
+	if err := store.CheckNotNewer(ms, done); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
 	for _, m := range ms {
 		if m.Version > last {
 			break
