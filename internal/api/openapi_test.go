@@ -92,6 +92,7 @@ var svixRoutes = []string{
 	"PATCH /api/v1/event-type/{event_type_name}",
 	"DELETE /api/v1/event-type/{event_type_name}",
 	"GET /api/v1/background-task/{task_id}",
+	"POST /api/v1/auth/app-portal-access/{app_id}",
 	"POST /api/v1/auth/logout",
 }
 

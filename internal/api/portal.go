@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -40,10 +41,11 @@ var portalDenied = map[string]bool{
 	// Reading a stored signing secret.
 	"GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret": true,
 	// Keys and links: credentials that outlive the session.
-	"POST /v1/tenants/{id}/keys":            true,
-	"GET /v1/tenants/{id}/keys":             true,
-	"DELETE /v1/tenants/{id}/keys/{key_id}": true,
-	"POST /v1/tenants/{id}/portal-link":     true,
+	"POST /v1/tenants/{id}/keys":                   true,
+	"GET /v1/tenants/{id}/keys":                    true,
+	"DELETE /v1/tenants/{id}/keys/{key_id}":        true,
+	"POST /v1/tenants/{id}/portal-link":            true,
+	"POST /api/v1/auth/app-portal-access/{app_id}": true,
 	// The platform's audit log.
 	"GET /v1/audit": true,
 	// Applications (tenants) and event types (organisation-wide).
@@ -97,18 +99,28 @@ func (s *Server) createPortalLink(w http.ResponseWriter, r *http.Request, p prin
 		}
 		life = time.Duration(n) * time.Second
 	}
+	l, _, link, err := s.newPortalLink(r, tenant, life)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": l.ID, "url": link, "expires_at": l.ExpiresAt})
+	return nil
+}
+
+// newPortalLink makes and stores a one-time link into tenant's dashboard
+// for life, and returns it, its token and its URL (for /v1 and Svix's
+// app-portal-access alike).
+func (s *Server) newPortalLink(r *http.Request, tenant string, life time.Duration) (core.PortalLink, string, string, error) {
 	token := NewToken("pt_")
 	now := time.Now().UTC()
 	l := core.PortalLink{ID: core.NewID("ptl"), TenantID: tenant, Hash: HashKey(token), CreatedAt: now, ExpiresAt: now.Add(life)}
 	ctx := audit.Record(r.Context(), audit.PortalLink, tenant, map[string]any{"link_id": l.ID, "expires_at": l.ExpiresAt})
 	if err := s.Store.PortalLinkCreate(ctx, l); err != nil {
-		return err
+		return core.PortalLink{}, "", "", err
 	}
 	// The token rides in the fragment: browsers never send it to a server,
 	// so it stays out of access logs, proxies and Referer headers.
-	writeJSON(w, http.StatusCreated, map[string]any{"id": l.ID, "url": s.publicBase(r) + "/ui/#/portal/" + token,
-		"expires_at": l.ExpiresAt})
-	return nil
+	return l, token, s.publicBase(r) + "/ui/#/portal/" + token, nil
 }
 
 // publicBase is where the dashboard is reached: --public-url, or the
@@ -180,5 +192,48 @@ func (s *Server) endPortalSession(w http.ResponseWriter, r *http.Request, p prin
 	}
 	s.Keys.Forget(p.keyID)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// svixPortalAccess is Svix's app-portal-access: a portal link into the
+// application's dashboard. url is the link to hand the customer; token is
+// the link's one-time token (exchanged by POST /portal/session), not a
+// bearer key as Svix's is. expiry (seconds) is a link's 60 to 86400,
+// default an hour, where Svix allows up to 7 days; a read-only portal is
+// refused (501): hookd's lets the customer manage its endpoints.
+func (s *Server) svixPortalAccess(w http.ResponseWriter, r *http.Request, p principal) error {
+	var in struct {
+		Expiry   *int            `json:"expiry"`
+		ReadOnly *bool           `json:"readOnly"`
+		Caps     json.RawMessage `json:"capabilities"`
+	}
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &in, false); err != nil {
+			return err
+		}
+	}
+	if in.ReadOnly != nil && *in.ReadOnly {
+		return errNotImplemented("readOnly (a read-only portal)")
+	}
+	if len(in.Caps) > 0 && string(in.Caps) != "null" {
+		return errNotImplemented("capabilities")
+	}
+	life := defaultPortalLink
+	if in.Expiry != nil {
+		n := *in.Expiry
+		if n < int(minPortalLink/time.Second) || n > int(maxPortalLink/time.Second) {
+			return errInvalid("expiry", "must be from 60 to 86400 seconds (a minute to a day)")
+		}
+		life = time.Duration(n) * time.Second
+	}
+	app, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
+	if err != nil {
+		return err
+	}
+	_, token, link, err := s.newPortalLink(r, app.ID, life)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"url": link, "token": token})
 	return nil
 }

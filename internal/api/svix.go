@@ -70,6 +70,7 @@ func (s *Server) svixRoutes() {
 
 	s.svixRoute("GET /api/v1/background-task/{task_id}", s.svixGetTask)
 	s.svixRoute("POST /api/v1/auth/logout", s.endPortalSession)
+	s.svixRoute("POST /api/v1/auth/app-portal-access/{app_id}", s.svixPortalAccess)
 
 	s.mux.HandleFunc(svixPrefix, svixOther)
 	s.mux.HandleFunc("/ingest/api/v1/", svixOther) // Svix's Ingest: none of it is served
@@ -128,7 +129,6 @@ var SvixUnsupported = []string{
 	"GET /api/v1/app/{app_id}/sink",
 	"POST /api/v1/app/{app_id}/sink",
 	"GET /api/v1/app/{app_id}/sink/{sink_id}",
-	"POST /api/v1/auth/app-portal-access/{app_id}",
 	"POST /api/v1/auth/dashboard-access/{app_id}",
 	"POST /api/v1/auth/app/{app_id}/create-message-token",
 	"POST /api/v1/auth/app/{app_id}/expire-all",

@@ -250,3 +250,44 @@ func TestPortalSessionSignsOut(t *testing.T) {
 	// Both tokens that signed in and out still work: only the session ended.
 	acme.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)
 }
+
+// Svix's app-portal-access answers a portal link: its url the dashboard
+// opens, its token the one-time token the session is exchanged for.
+func TestSvixAppPortalAccessIsAPortalLink(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	e.admin.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Acme", "uid": "acme"})
+	out := e.admin.Must(http.StatusOK, "POST", "/api/v1/auth/app-portal-access/acme", map[string]any{"expiry": 600, "featureFlags": []string{}})
+	token, _ := out["token"].(string)
+	if url, _ := out["url"].(string); !strings.HasPrefix(token, "pt_") || url != e.base+"/ui/#/portal/"+token {
+		t.Fatalf("app-portal-access: %v, want a portal link and its token", out)
+	}
+	st, sess := e.exchange(token)
+	if st != http.StatusCreated || sess["tenant_id"] != "acme" {
+		t.Fatalf("exchanging its token: %d %v", st, sess)
+	}
+	if exp, _ := time.Parse(time.RFC3339Nano, sess["expires_at"].(string)); time.Until(exp) > 11*time.Minute || time.Until(exp) < 9*time.Minute {
+		t.Errorf("the session ends at %v, want in 10 minutes (expiry 600)", exp)
+	}
+	session := &testenv.Client{T: t, Base: e.base, Token: sess["api_key"].(string)}
+	globex := e.tenantKey("globex")
+	for _, c := range []struct {
+		client *testenv.Client
+		app    string
+		body   any
+		status int
+	}{
+		{e.admin, "acme", map[string]any{"expiry": 30}, 422},
+		{e.admin, "acme", map[string]any{"readOnly": true}, 501},
+		{e.admin, "nobody", nil, 404},
+		{globex, "acme", nil, 404},
+		{session, "acme", nil, 403}, // a session makes no links: access that would outlive it
+	} {
+		if st, out := c.client.Do("POST", "/api/v1/auth/app-portal-access/"+c.app, c.body); st != c.status {
+			t.Errorf("app-portal-access/%s %v: %d %v, want %d", c.app, c.body, st, out, c.status)
+		}
+	}
+	if st, out := globex.Do("POST", "/api/v1/auth/app-portal-access/globex", nil); st != http.StatusOK {
+		t.Errorf("an application's own key: %d %v, want a link", st, out)
+	}
+}

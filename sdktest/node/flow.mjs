@@ -68,6 +68,10 @@ const secret = (await svix.endpoint.getSecret(app.id, "orders-ep")).key;
 const typed = await svix.endpoint.create(app.id, { url: `${url}/typed`, eventTypes: ["order.shipped"], throttleRate: 5 });
 assert.deepEqual(typed.eventTypes, ["order.shipped"]);
 assert.equal(typed.throttleRate, 5);
+// The customer's way in: a portal link into hookd's dashboard.
+const portal = await svix.authentication.appPortalAccess(app.id, { expiry: 600 });
+assert.match(portal.url, /\/ui\/#\/portal\/pt_/);
+assert.ok(portal.url.endsWith(portal.token));
 
 // 2. A message arrives, and the SDK's own verify accepts its signature.
 const msg = await svix.message.create(app.id, {
