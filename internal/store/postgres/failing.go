@@ -53,9 +53,10 @@ func (s *Store) SubscriptionAlert(ctx context.Context, id string, failing bool, 
 // restartFailing starts a subscription turned back on (to active from
 // paused or disabled) on a clean slate: it is judged on its attempts from
 // then on, so what failed before it was turned off neither disables it
-// again nor is announced as recovered. Its last failure is kept.
+// again nor is announced as recovered, and its next failing alert is not
+// held back by one sent before. Its last failure is kept.
 func restartFailing(ctx context.Context, tx pgx.Tx, id string) error {
-	_, err := tx.Exec(ctx, `UPDATE subscriptions SET failing_since = NULL, alert_state = 'ok', alert_since = NULL WHERE id = $1`, id)
+	_, err := tx.Exec(ctx, `UPDATE subscriptions SET failing_since = NULL, alert_state = 'ok', alert_since = NULL, alerted_at = NULL WHERE id = $1`, id)
 	return err
 }
 

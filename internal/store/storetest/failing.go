@@ -160,28 +160,30 @@ func testFailingRestartsWhenTurnedOn(t *testing.T, s store.Store) {
 		}
 		// Left active by a change of another field: all is kept.
 		sub.MaxConcurrency = 3
-		update(&sub, core.SubActive, at(21*time.Hour))
+		update(&sub, core.SubActive, at(20*time.Hour+5*time.Minute))
 		same(t, "failing since, after a change that kept it active", stats(sub).FailingSince, at(time.Hour))
 
-		update(&sub, off, at(22*time.Hour))
+		update(&sub, off, at(20*time.Hour+10*time.Minute))
 		same(t, "failing since, "+string(off), stats(sub).FailingSince, at(time.Hour))
-		update(&sub, core.SubActive, at(23*time.Hour))
+		update(&sub, core.SubActive, at(20*time.Hour+20*time.Minute))
 		st := stats(sub)
 		if !st.FailingSince.IsZero() || !st.LastFailure.At.Equal(at(20*time.Hour)) {
 			t.Fatalf("turned on from %s: failing since %v, last failure at %v; want cleared and kept", off, st.FailingSince, st.LastFailure.At)
 		}
 		failing, recovered := listed()
 		same(t, "listed failing or recovered after being turned on from "+string(off), [][]string{failing, recovered}, [][]string{nil, nil})
-		// Its next failure starts the clock; a failing alert may go again
-		// (the hourly bound still counts from the last one).
-		fail(sub, at(24*time.Hour))
-		same(t, "failing since, failing again", stats(sub).FailingSince, at(24*time.Hour))
-		moved, err = s.SubscriptionAlert(f.ctx, sub.ID, true, at(24*time.Hour), time.Hour)
+		// Its next failure starts the clock, and a failing alert goes
+		// again at once: the hourly bound counted from the alert before it
+		// was turned off would keep its owner from hearing (a hostile pass:
+		// disabled again with no failing alert first).
+		fail(sub, at(20*time.Hour+30*time.Minute))
+		same(t, "failing since, failing again", stats(sub).FailingSince, at(20*time.Hour+30*time.Minute))
+		moved, err = s.SubscriptionAlert(f.ctx, sub.ID, true, at(20*time.Hour+30*time.Minute), time.Hour)
 		noErr(t, "SubscriptionAlert", err)
 		if !moved {
 			t.Fatalf("turned on from %s and failing again: no failing alert", off)
 		}
-		update(&sub, core.SubDisabled, at(25*time.Hour)) // out of the next round's lists
+		update(&sub, core.SubDisabled, at(21*time.Hour)) // out of the next round's lists
 	}
 }
 
