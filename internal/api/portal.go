@@ -90,14 +90,9 @@ func (s *Server) createPortalLink(w http.ResponseWriter, r *http.Request, p prin
 			return err
 		}
 	}
-	life := defaultPortalLink
-	if req.ExpiresIn != nil {
-		// Bounded before it becomes a Duration, which a huge one would overflow.
-		n := *req.ExpiresIn
-		if n < int(minPortalLink/time.Second) || n > int(maxPortalLink/time.Second) {
-			return errInvalid("expires_in", "must be from 60 to 86400 seconds (a minute to a day)")
-		}
-		life = time.Duration(n) * time.Second
+	life, err := portalLife("expires_in", req.ExpiresIn)
+	if err != nil {
+		return err
 	}
 	l, _, link, err := s.newPortalLink(r, tenant, life)
 	if err != nil {
@@ -105,6 +100,19 @@ func (s *Server) createPortalLink(w http.ResponseWriter, r *http.Request, p prin
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"id": l.ID, "url": link, "expires_at": l.ExpiresAt})
 	return nil
+}
+
+// portalLife is a link's lifetime asked for in seconds under field (nil:
+// the default), bounded before it becomes a Duration, which a huge one
+// would overflow.
+func portalLife(field string, seconds *int) (time.Duration, error) {
+	if seconds == nil {
+		return defaultPortalLink, nil
+	}
+	if n := *seconds; n < int(minPortalLink/time.Second) || n > int(maxPortalLink/time.Second) {
+		return 0, errInvalid(field, "must be from 60 to 86400 seconds (a minute to a day)")
+	}
+	return time.Duration(*seconds) * time.Second, nil
 }
 
 // newPortalLink makes and stores a one-time link into tenant's dashboard
@@ -218,13 +226,9 @@ func (s *Server) svixPortalAccess(w http.ResponseWriter, r *http.Request, p prin
 	if len(in.Caps) > 0 && string(in.Caps) != "null" {
 		return errNotImplemented("capabilities")
 	}
-	life := defaultPortalLink
-	if in.Expiry != nil {
-		n := *in.Expiry
-		if n < int(minPortalLink/time.Second) || n > int(maxPortalLink/time.Second) {
-			return errInvalid("expiry", "must be from 60 to 86400 seconds (a minute to a day)")
-		}
-		life = time.Duration(n) * time.Second
+	life, err := portalLife("expiry", in.Expiry)
+	if err != nil {
+		return err
 	}
 	app, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
 	if err != nil {

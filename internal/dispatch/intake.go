@@ -119,15 +119,17 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	if !d.ownsHostLocked(hostName) {
 		return
 	}
-	now := time.Now()
-	h, l := d.laneLocked(hostName, subID)
 	if sub, ok := d.cfg.Subs.Get(subID); !ok || sub.State != core.SubActive {
 		// Disabled (its pending deliveries written skipped), paused or
-		// deleted: what the lane holds must not go out should the
-		// subscription be active again before it is next picked.
-		d.dropLocked(l)
+		// deleted: what its lane holds, if it has one, must not go out
+		// should the subscription be active again before it is next picked.
+		if h := d.hosts[hostName]; h != nil && h.lanes[subID] != nil {
+			d.dropLocked(h.lanes[subID])
+		}
 		return
 	}
+	now := time.Now()
+	h, l := d.laneLocked(hostName, subID)
 	l.due(now)
 	l.wokeAt = now
 	d.pumpLocked(h, now)
