@@ -7,6 +7,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/store"
+	"hookd/internal/store/storetest"
 	"hookd/internal/testenv"
 )
 
@@ -97,4 +98,17 @@ func BenchmarkDeliveryRecordResults(b *testing.B) {
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "results/s")
 		})
 	}
+}
+
+// BenchmarkOrderedRefill: see storetest.BenchOrderedRefill.
+func BenchmarkOrderedRefill(b *testing.B) {
+	storetest.BenchOrderedRefill(b, func(b *testing.B) (store.Store, func()) {
+		s := openURL(b, testenv.PostgresSchema(b))
+		// Fresh statistics, as autovacuum keeps them.
+		return s, func() {
+			if _, err := s.pool.Exec(b.Context(), `ANALYZE`); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -159,52 +159,125 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 	return d, nil
 }
 
-// dueQuery walks deliveries_subscription_due from (subscription, oldest).
-// For an ordered subscription a delivery waits while an earlier one of its
-// ordering key is pending (deliveries_key_line answers that).
-const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
+// jobColumns are a job's delivery and event, from deliveries d and events e.
+const jobColumns = `d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
 	d.state, d.attempt_count, d.round_start, d.next_attempt_at, d.last_status, d.last_error, d.sequence,
 	d.created_at, d.updated_at, d.ordering_key,
-	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at
-	FROM subscriptions s
-	JOIN deliveries d ON d.subscription_id = s.id
-	JOIN events e ON e.id = d.event_id
-	WHERE s.id = $1 AND s.state = 'active' AND s.deleted_at IS NULL
-	AND d.state = 'pending' AND d.next_attempt_at <= $2
-	AND d.id <> ALL($3::text[])
-	AND (d.sequence = 0 OR NOT EXISTS (SELECT 1 FROM deliveries p
-		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
-		AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence))
-	ORDER BY d.next_attempt_at, d.id
-	LIMIT $4`
+	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at`
 
-const nextDueQuery = `SELECT d.next_attempt_at
-	FROM subscriptions s
-	JOIN deliveries d ON d.subscription_id = s.id
-	WHERE s.id = $1 AND s.state = 'active' AND s.deleted_at IS NULL
-	AND d.state = 'pending' AND d.next_attempt_at > $2
-	ORDER BY d.next_attempt_at
-	LIMIT 1`
+// sendingSub holds a refill's queries to a subscription that may send.
+const sendingSub = `EXISTS (SELECT 1 FROM subscriptions WHERE id = $1 AND state = 'active' AND deleted_at IS NULL)`
+
+// dueQuery is a refill's first look, in two parts of
+// deliveries_subscription_due, each up to $4 rows by (next_attempt_at, id):
+// the unordered rows (sequence 0), every one due; and the ordered rows
+// among the first $5 due, each kept only if it heads its ordering key (a
+// probe of deliveries_key_line per row: as NOT EXISTS, the planner may take
+// it as an anti-join reading the whole line). An ordered backlog
+// parks rows behind each key's head, and only $5 of them are walked:
+// DeliveryDue takes the heads past them from keyHeadsQuery.
+const dueQuery = `(SELECT ` + jobColumns + `
+	FROM deliveries d JOIN events e ON e.id = d.event_id
+	WHERE d.subscription_id = $1 AND (d.sequence > 0)::int = 0 AND d.state = 'pending' AND d.next_attempt_at <= $2
+	AND d.id <> ALL($3::text[]) AND ` + sendingSub + `
+	ORDER BY d.next_attempt_at, d.id LIMIT $4)
+	UNION ALL
+	(SELECT ` + jobColumns + `
+	FROM (SELECT * FROM deliveries
+		WHERE subscription_id = $1 AND (sequence > 0)::int = 1 AND state = 'pending' AND next_attempt_at <= $2
+		ORDER BY next_attempt_at, id LIMIT $5) d
+	JOIN events e ON e.id = d.event_id
+	WHERE d.id <> ALL($3::text[]) AND ` + sendingSub + `
+	AND d.sequence = (SELECT p.sequence FROM deliveries p
+		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
+		AND p.state = 'pending' AND p.sequence > 0
+		ORDER BY p.sequence LIMIT 1)
+	ORDER BY d.next_attempt_at, d.id LIMIT $4)`
+
+// nextDueQuery answers when the subscription's next pending row falls due
+// after $2 (a probe into each part of deliveries_subscription_due), and
+// how many of its ordered rows are due by $2, counted up to $3: when all $3
+// are, dueQuery's walk of them stopped short.
+const nextDueQuery = `SELECT
+	CASE WHEN ` + sendingSub + ` THEN LEAST(
+		(SELECT next_attempt_at FROM deliveries
+			WHERE subscription_id = $1 AND (sequence > 0)::int = 0 AND state = 'pending' AND next_attempt_at > $2
+			ORDER BY next_attempt_at LIMIT 1),
+		(SELECT next_attempt_at FROM deliveries
+			WHERE subscription_id = $1 AND (sequence > 0)::int = 1 AND state = 'pending' AND next_attempt_at > $2
+			ORDER BY next_attempt_at LIMIT 1)) END,
+	(SELECT count(*) FROM (SELECT 1 FROM deliveries
+		WHERE subscription_id = $1 AND (sequence > 0)::int = 1 AND state = 'pending' AND next_attempt_at <= $2
+		LIMIT $3) w)`
+
+// keyHeadsQuery takes each ordering key's head, the pending row of least
+// sequence, skipping from key to key through deliveries_key_line (one probe
+// per key, whatever each key's backlog), and keeps the due ones.
+const keyHeadsQuery = `WITH RECURSIVE k(key) AS (
+		(SELECT ordering_key FROM deliveries
+			WHERE subscription_id = $1 AND state = 'pending' AND sequence > 0
+			ORDER BY ordering_key LIMIT 1)
+		UNION ALL
+		SELECT (SELECT d.ordering_key FROM deliveries d
+			WHERE d.subscription_id = $1 AND d.state = 'pending' AND d.sequence > 0 AND d.ordering_key > k.key
+			ORDER BY d.ordering_key LIMIT 1)
+		FROM k WHERE k.key IS NOT NULL)
+	SELECT ` + jobColumns + `
+	FROM k
+	CROSS JOIN LATERAL (SELECT * FROM deliveries h
+		WHERE h.subscription_id = $1 AND h.ordering_key = k.key AND h.state = 'pending' AND h.sequence > 0
+		ORDER BY h.sequence LIMIT 1) d
+	JOIN events e ON e.id = d.event_id
+	WHERE k.key IS NOT NULL AND d.next_attempt_at <= $2 AND d.id <> ALL($3::text[]) AND ` + sendingSub + `
+	ORDER BY d.next_attempt_at, d.id LIMIT $4`
 
 // DeliveryDue treats Limit <= 0 as 100. Exclude applies to the jobs only: the
-// next-due time looks past Now, where in-flight work never is. Both queries
-// go in one round trip.
+// next-due time looks past Now, where in-flight work never is. The first
+// look and the next-due time go in one round trip; the heads past a long
+// walk (store.OrderedShort) in a second.
 func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
 	}
+	excl, walk := orEmpty(p.Exclude), store.OrderedWalk(limit, len(p.Exclude))
 	b := &pgx.Batch{}
-	b.Queue(dueQuery, p.SubscriptionID, p.Now, orEmpty(p.Exclude), limit)
-	b.Queue(nextDueQuery, p.SubscriptionID, p.Now)
+	b.Queue(dueQuery, p.SubscriptionID, p.Now, excl, limit, walk)
+	b.Queue(nextDueQuery, p.SubscriptionID, p.Now, walk)
 	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	rows, _ := br.Query()
+	jobs, err := collectJobs(br.Query())
+	if err != nil {
+		br.Close()
+		return nil, time.Time{}, err
+	}
+	var later pgtype.Timestamptz
+	var orderedDue int
+	if err := br.QueryRow().Scan(&later, &orderedDue); err != nil {
+		br.Close()
+		return nil, time.Time{}, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, time.Time{}, err
+	}
+	if orderedDue >= walk && store.OrderedShort(jobs, limit) {
+		heads, err := collectJobs(s.pool.Query(ctx, keyHeadsQuery, p.SubscriptionID, p.Now, excl, limit))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		jobs = append(jobs, heads...)
+	}
+	return store.FirstDue(jobs, limit), tm(later), nil
+}
+
+func collectJobs(rows pgx.Rows, err error) ([]core.Job, error) {
+	if err != nil {
+		return nil, err
+	}
 	jobs := []core.Job{}
 	var j core.Job
 	d, e := &j.Delivery, &j.Event
 	var next, c, u, ec pgtype.Timestamptz
-	_, err := pgx.ForEachRow(rows, []any{&d.ID, &d.EventID, &d.SubscriptionID, &d.TenantID, &d.EventType, &d.Host,
+	_, err = pgx.ForEachRow(rows, []any{&d.ID, &d.EventID, &d.SubscriptionID, &d.TenantID, &d.EventType, &d.Host,
 		&d.Shard, &d.State, &d.AttemptCount, &d.RoundStart, &next, &d.LastStatus, &d.LastError,
 		&d.Sequence, &c, &u, &d.OrderingKey,
 		&e.ID, &e.TenantID, &e.Type, &e.Payload, &e.IdempotencyKey, &e.OrderingKey, &ec}, func() error {
@@ -212,24 +285,21 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 		jobs = append(jobs, j) // pgx gives every row a fresh payload slice
 		return nil
 	})
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	var later pgtype.Timestamptz
-	if err := br.QueryRow().Scan(&later); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, time.Time{}, err
-	}
-	return jobs, tm(later), nil
+	return jobs, err
 }
 
 // allPendingQuery takes each active subscription's earliest pending row
-// from deliveries_subscription_due: one index probe per subscription,
-// whatever its backlog.
-const allPendingQuery = `SELECT s.id, s.host, n.next
+// from deliveries_subscription_due: a probe into each of its two parts per
+// subscription, whatever its backlog. NULL: none pending (filtered in Go,
+// where a WHERE would run the probes twice).
+const allPendingQuery = `SELECT s.id, s.host, LEAST(
+		(SELECT d.next_attempt_at FROM deliveries d
+			WHERE d.subscription_id = s.id AND (d.sequence > 0)::int = 0 AND d.state = 'pending'
+			ORDER BY d.next_attempt_at LIMIT 1),
+		(SELECT d.next_attempt_at FROM deliveries d
+			WHERE d.subscription_id = s.id AND (d.sequence > 0)::int = 1 AND d.state = 'pending'
+			ORDER BY d.next_attempt_at LIMIT 1))
 	FROM subscriptions s
-	CROSS JOIN LATERAL (SELECT d.next_attempt_at AS next FROM deliveries d
-		WHERE d.subscription_id = s.id AND d.state = 'pending'
-		ORDER BY d.next_attempt_at LIMIT 1) n
 	WHERE s.state = 'active' AND s.deleted_at IS NULL`
 
 // shardPendingQuery lists the (shard, subscription) pairs with pending work
@@ -265,6 +335,9 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	var d store.SubscriptionDue
 	var next pgtype.Timestamptz
 	_, err := pgx.ForEachRow(rows, []any{&d.SubscriptionID, &d.Host, &next}, func() error {
+		if !next.Valid {
+			return nil // nothing pending
+		}
 		d.NextAttemptAt = tm(next)
 		out = append(out, d)
 		return nil
@@ -329,7 +402,8 @@ func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutof
 const statsColumns = `s.id, s.failing_since,
 	(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
 	(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
-	(SELECT min(next_attempt_at) FROM deliveries WHERE subscription_id = s.id AND state = 'pending'),
+	LEAST((SELECT min(next_attempt_at) FROM deliveries WHERE subscription_id = s.id AND (sequence > 0)::int = 0 AND state = 'pending'),
+		(SELECT min(next_attempt_at) FROM deliveries WHERE subscription_id = s.id AND (sequence > 0)::int = 1 AND state = 'pending')),
 	(SELECT count(*) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
 	(SELECT min(created_at) FROM deliveries WHERE subscription_id = s.id AND state = 'failed'),
 	s.last_failure_at, s.last_failure_status, s.last_failure_error, s.last_failure_response`

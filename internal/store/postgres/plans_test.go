@@ -49,8 +49,9 @@ func TestDispatchQueriesUseIndexes(t *testing.T) {
 		sql, index string
 		args       []any
 	}{
-		"due":         {dueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now(), []string{}, 10}},
-		"next due":    {nextDueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now()}},
+		"due":         {dueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now(), []string{}, 10, 30}},
+		"next due":    {nextDueQuery, "deliveries_subscription_due", []any{subs[0].ID, time.Now(), 30}},
+		"key heads":   {keyHeadsQuery, "deliveries_key_line", []any{subs[0].ID, time.Now(), []string{}, 10}},
 		"all pending": {allPendingQuery, "deliveries_subscription_due", nil},
 		"shard poll":  {shardPendingQuery, "deliveries_shard_due", []any{[]int{core.ShardOf(subs[0].Host), core.ShardOf(subs[1].Host)}}},
 	} {

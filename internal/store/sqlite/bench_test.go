@@ -10,6 +10,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/store"
+	"hookd/internal/store/storetest"
 )
 
 // BenchmarkEventInsertBatch measures the outbox write: one durable
@@ -222,4 +223,14 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkOrderedRefill measures one lane refill of a subscription
+// whose backlog sits behind a few ordering keys, their heads in flight
+// (excluded): the refill must not cost the whole backlog.
+func BenchmarkOrderedRefill(b *testing.B) {
+	storetest.BenchOrderedRefill(b, func(b *testing.B) (store.Store, func()) {
+		s, _ := benchStore(b, 0)
+		return s, nil
+	})
 }

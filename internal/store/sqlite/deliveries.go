@@ -162,39 +162,91 @@ func (s *Store) DeliveryReplay(ctx context.Context, tenantID, id string, now tim
 	return d, nil
 }
 
-// dueQuery walks deliveries_subscription_due from (subscription, oldest).
-// For an ordered subscription a delivery waits while an earlier one of its
-// ordering key is pending (deliveries_key_line answers that); tests check
-// the plan.
-const dueQuery = `SELECT d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
+// jobColumns are a job's delivery and event, from deliveries d and events e.
+const jobColumns = `d.id, d.event_id, d.subscription_id, d.tenant_id, d.event_type, d.host, d.shard,
 	d.state, d.attempt_count, d.round_start, d.next_attempt_at, d.last_status, d.last_error, d.sequence,
 	d.created_at, d.updated_at, d.ordering_key,
-	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at
-	FROM subscriptions s
-	JOIN deliveries d INDEXED BY deliveries_subscription_due ON d.subscription_id = s.id
-	JOIN events e ON e.id = d.event_id
-	WHERE s.id = ?1 AND s.state = 'active' AND s.deleted_at IS NULL
-	AND d.state = 'pending' AND d.next_attempt_at <= ?2
-	AND d.id NOT IN (SELECT value FROM json_each(?3))
-	AND (d.sequence = 0 OR NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_key_line
-		WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
-		AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence))
-	ORDER BY d.next_attempt_at, d.id
-	LIMIT ?4`
+	e.id, e.tenant_id, e.type, e.payload, e.idempotency_key, e.ordering_key, e.created_at`
 
-const nextDueQuery = `SELECT d.next_attempt_at
-	FROM subscriptions s
-	JOIN deliveries d INDEXED BY deliveries_subscription_due ON d.subscription_id = s.id
-	WHERE s.id = ?1 AND s.state = 'active' AND s.deleted_at IS NULL
-	AND d.state = 'pending' AND d.next_attempt_at > ?2
-	ORDER BY d.next_attempt_at
-	LIMIT 1`
+// activeSub holds a refill's queries to a subscription that may send.
+const activeSub = `EXISTS (SELECT 1 FROM subscriptions WHERE id = ?1 AND state = 'active' AND deleted_at IS NULL)`
+
+// headOnly keeps an ordered row d only while no earlier row of its ordering
+// key is pending: one seek of deliveries_key_line.
+const headOnly = `NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_key_line
+	WHERE p.subscription_id = d.subscription_id AND p.ordering_key = d.ordering_key
+	AND p.state = 'pending' AND p.sequence > 0 AND p.sequence < d.sequence)`
+
+// dueQuery is a refill's first look, in two parts of
+// deliveries_subscription_due, each up to ?4 rows by (next_attempt_at, id):
+// the unordered rows (sequence 0), every one due; and the ordered rows
+// among the first ?5 due, each kept only if it heads its ordering key. An
+// ordered backlog parks rows behind each key's head, and only ?5 of them
+// are walked: DeliveryDue takes the heads past them from keyHeadsQuery.
+// Tests check the plan.
+const dueQuery = `SELECT * FROM (SELECT ` + jobColumns + `
+	FROM deliveries d INDEXED BY deliveries_subscription_due
+	JOIN events e ON e.id = d.event_id
+	WHERE d.subscription_id = ?1 AND (d.sequence > 0) = 0 AND d.state = 'pending' AND d.next_attempt_at <= ?2
+	AND d.id NOT IN (SELECT value FROM json_each(?3)) AND ` + activeSub + `
+	ORDER BY d.next_attempt_at, d.id LIMIT ?4)
+	UNION ALL
+	SELECT * FROM (SELECT ` + jobColumns + `
+	FROM (SELECT * FROM deliveries INDEXED BY deliveries_subscription_due
+		WHERE subscription_id = ?1 AND (sequence > 0) = 1 AND state = 'pending' AND next_attempt_at <= ?2
+		ORDER BY next_attempt_at, id LIMIT ?5) d
+	JOIN events e ON e.id = d.event_id
+	WHERE d.id NOT IN (SELECT value FROM json_each(?3)) AND ` + activeSub + ` AND ` + headOnly + `
+	ORDER BY d.next_attempt_at, d.id LIMIT ?4)`
+
+// nextDueQuery answers when the subscription's next pending row falls due
+// after ?2 (a seek into each part of deliveries_subscription_due), and
+// whether it has ordered rows pending at all.
+const nextDueQuery = `SELECT
+	(SELECT min(n) FROM (
+		SELECT * FROM (SELECT next_attempt_at AS n FROM deliveries INDEXED BY deliveries_subscription_due
+			WHERE subscription_id = ?1 AND (sequence > 0) = 0 AND state = 'pending' AND next_attempt_at > ?2
+			ORDER BY next_attempt_at LIMIT 1)
+		UNION ALL
+		SELECT * FROM (SELECT next_attempt_at FROM deliveries INDEXED BY deliveries_subscription_due
+			WHERE subscription_id = ?1 AND (sequence > 0) = 1 AND state = 'pending' AND next_attempt_at > ?2
+			ORDER BY next_attempt_at LIMIT 1))
+	WHERE ` + activeSub + `),
+	EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_subscription_due
+		WHERE subscription_id = ?1 AND (sequence > 0) = 1 AND state = 'pending')`
+
+// orderedDueQuery counts the subscription's ordered rows due by ?2, up to
+// ?3: when all ?3 are, dueQuery's walk of them stopped short.
+const orderedDueQuery = `SELECT count(*) FROM (SELECT 1 FROM deliveries INDEXED BY deliveries_subscription_due
+	WHERE subscription_id = ?1 AND (sequence > 0) = 1 AND state = 'pending' AND next_attempt_at <= ?2
+	LIMIT ?3)`
+
+// keyHeadsQuery takes each ordering key's head, the pending row of least
+// sequence, skipping from key to key through deliveries_key_line (one seek
+// per key, whatever each key's backlog), and keeps the due ones.
+const keyHeadsQuery = `WITH RECURSIVE k(key) AS (
+		SELECT (SELECT ordering_key FROM deliveries INDEXED BY deliveries_key_line
+			WHERE subscription_id = ?1 AND state = 'pending' AND sequence > 0
+			ORDER BY ordering_key LIMIT 1)
+		UNION ALL
+		SELECT (SELECT ordering_key FROM deliveries INDEXED BY deliveries_key_line
+			WHERE subscription_id = ?1 AND state = 'pending' AND sequence > 0 AND ordering_key > k.key
+			ORDER BY ordering_key LIMIT 1)
+		FROM k WHERE k.key IS NOT NULL)
+	SELECT ` + jobColumns + `
+	FROM k
+	JOIN deliveries d ON d.id = (SELECT id FROM deliveries INDEXED BY deliveries_key_line
+		WHERE subscription_id = ?1 AND ordering_key = k.key AND state = 'pending' AND sequence > 0
+		ORDER BY sequence LIMIT 1)
+	JOIN events e ON e.id = d.event_id
+	WHERE k.key IS NOT NULL AND d.next_attempt_at <= ?2
+	AND d.id NOT IN (SELECT value FROM json_each(?3)) AND ` + activeSub + `
+	ORDER BY d.next_attempt_at, d.id LIMIT ?4`
 
 // DeliveryDue treats Limit <= 0 as 100. Exclude applies to the jobs only: the
-// next-due time looks past Now, where in-flight work never is. The two
-// queries need not see one snapshot: the next-due time is when to look
-// again, and what commits between them is handed over or woken for by its
-// writer.
+// next-due time looks past Now, where in-flight work never is. The queries
+// need not see one snapshot: the next-due time is when to look again, and
+// what commits between them is handed over or woken for by its writer.
 func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]core.Job, time.Time, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -210,8 +262,8 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	now := ns(p.Now)
-	rows, err := s.stmts[dueQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit)
+	now, walk := ns(p.Now), store.OrderedWalk(limit, len(excl))
+	rows, err := s.stmts[dueQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit, walk)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -219,12 +271,29 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	var next int64
-	err = s.stmts[nextDueQuery].QueryRowContext(ctx, p.SubscriptionID, now).Scan(&next)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var next sql.NullInt64
+	var ordered bool
+	if err := s.stmts[nextDueQuery].QueryRowContext(ctx, p.SubscriptionID, now).Scan(&next, &ordered); err != nil {
 		return nil, time.Time{}, err
 	}
-	return jobs, tm(next), nil
+	if ordered && store.OrderedShort(jobs, limit) {
+		var due int
+		if err := s.stmts[orderedDueQuery].QueryRowContext(ctx, p.SubscriptionID, now, walk).Scan(&due); err != nil {
+			return nil, time.Time{}, err
+		}
+		if due >= walk {
+			rows, err := s.stmts[keyHeadsQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			heads, err := collectJobs(rows)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			jobs = append(jobs, heads...)
+		}
+	}
+	return store.FirstDue(jobs, limit), tm(next.Int64), nil
 }
 
 func collectJobs(rows *sql.Rows) ([]core.Job, error) {
@@ -247,15 +316,28 @@ func collectJobs(rows *sql.Rows) ([]core.Job, error) {
 }
 
 // pendingSubscriptionsQuery takes each active subscription's earliest
-// pending row from deliveries_subscription_due: one index seek per
-// subscription, whatever its backlog.
+// pending row from deliveries_subscription_due: a seek into each of its two
+// parts per subscription, whatever its backlog. Both NULL: none pending
+// (filtered in Go, where a WHERE would run the seeks twice).
 const pendingSubscriptionsQuery = `SELECT s.id, s.host,
 	(SELECT d.next_attempt_at FROM deliveries d INDEXED BY deliveries_subscription_due
-		WHERE d.subscription_id = s.id AND d.state = 'pending'
+		WHERE d.subscription_id = s.id AND (d.sequence > 0) = 0 AND d.state = 'pending'
 		AND (?1 IS NULL OR d.shard IN (SELECT value FROM json_each(?1)))
-		ORDER BY d.next_attempt_at LIMIT 1) AS next
+		ORDER BY d.next_attempt_at LIMIT 1) AS unordered,
+	(SELECT d.next_attempt_at FROM deliveries d INDEXED BY deliveries_subscription_due
+		WHERE d.subscription_id = s.id AND (d.sequence > 0) = 1 AND d.state = 'pending'
+		AND (?1 IS NULL OR d.shard IN (SELECT value FROM json_each(?1)))
+		ORDER BY d.next_attempt_at LIMIT 1) AS ordered
 	FROM subscriptions s
-	WHERE s.state = 'active' AND s.deleted_at IS NULL AND next IS NOT NULL`
+	WHERE s.state = 'active' AND s.deleted_at IS NULL`
+
+// earliest is the lesser of two times of which either may be missing (0).
+func earliest(a, b sql.NullInt64) int64 {
+	if !a.Valid || (b.Valid && b.Int64 < a.Int64) {
+		return b.Int64
+	}
+	return a.Int64
+}
 
 func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]store.SubscriptionDue, error) {
 	var filter any // NULL: every shard
@@ -274,11 +356,14 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	out := []store.SubscriptionDue{}
 	for rows.Next() {
 		var d store.SubscriptionDue
-		var next int64
-		if err := rows.Scan(&d.SubscriptionID, &d.Host, &next); err != nil {
+		var unordered, ordered sql.NullInt64
+		if err := rows.Scan(&d.SubscriptionID, &d.Host, &unordered, &ordered); err != nil {
 			return nil, err
 		}
-		d.NextAttemptAt = tm(next)
+		if !unordered.Valid && !ordered.Valid {
+			continue // nothing pending
+		}
+		d.NextAttemptAt = tm(earliest(unordered, ordered))
 		out = append(out, d)
 	}
 	return out, rows.Err()
@@ -336,11 +421,13 @@ func (s *Store) DeliveryExpire(ctx context.Context, subscriptionID string, cutof
 }
 
 // statsColumns are DeliveryStats' columns of subscription s: each count
-// and oldest an index seek over the partial pending or failed index.
+// and oldest an index seek over the partial pending or failed index (the
+// next attempt one into each part of deliveries_subscription_due).
 const statsColumns = `s.id, s.failing_since,
 	(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
 	(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
-	(SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND state = 'pending'),
+	(SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND (sequence > 0) = 0 AND state = 'pending'),
+	(SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_subscription_due WHERE subscription_id = s.id AND (sequence > 0) = 1 AND state = 'pending'),
 	(SELECT count(*) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
 	(SELECT min(created_at) FROM deliveries INDEXED BY deliveries_subscription_failed WHERE subscription_id = s.id AND state = 'failed'),
 	s.last_failure_at, s.last_failure_status, s.last_failure_error, s.last_failure_response`
@@ -348,11 +435,11 @@ const statsColumns = `s.id, s.failing_since,
 func scanStats(sc scanner) (string, store.DeliveryStats, error) {
 	var st store.DeliveryStats
 	var id string
-	var oldestPending, nextAttempt, oldestFailed sql.NullInt64
+	var oldestPending, nextUnordered, nextOrdered, oldestFailed sql.NullInt64
 	var failingSince, lastFailure int64
-	err := sc.Scan(&id, &failingSince, &st.Pending, &oldestPending, &nextAttempt, &st.Failed, &oldestFailed,
+	err := sc.Scan(&id, &failingSince, &st.Pending, &oldestPending, &nextUnordered, &nextOrdered, &st.Failed, &oldestFailed,
 		&lastFailure, &st.LastFailure.Status, &st.LastFailure.Error, &st.LastFailure.Response)
-	st.OldestPendingAt, st.NextAttemptAt, st.OldestFailedAt = tm(oldestPending.Int64), tm(nextAttempt.Int64), tm(oldestFailed.Int64)
+	st.OldestPendingAt, st.NextAttemptAt, st.OldestFailedAt = tm(oldestPending.Int64), tm(earliest(nextUnordered, nextOrdered)), tm(oldestFailed.Int64)
 	st.FailingSince, st.LastFailure.At = tm(failingSince), tm(lastFailure)
 	return id, st, err
 }

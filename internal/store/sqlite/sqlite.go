@@ -51,7 +51,7 @@ type Store struct {
 // hotReads are the dispatcher's refill queries: parsing them cost as much
 // as running them (0.71 of a refill's 1.70 s in a 10 s profile under heavy
 // ingest).
-var hotReads = []string{dueQuery, nextDueQuery}
+var hotReads = []string{dueQuery, nextDueQuery, orderedDueQuery, keyHeadsQuery}
 
 // rowChunks are the row counts a multi-row statement is prepared for; n rows
 // go out as the fewest statements (10 = 8 + 2). One statement per row costs

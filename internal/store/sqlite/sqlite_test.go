@@ -127,9 +127,11 @@ func TestDueQueriesUseSubscriptionIndex(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"due":                   {dueQuery, []any{"h", 0, "[]", 10}},
+		"due":                   {dueQuery, []any{"h", 0, "[]", 10, 30}},
 		"next due":              {nextDueQuery, []any{"h", 0}},
+		"ordered due":           {orderedDueQuery, []any{"h", 0, 30}},
 		"pending subscriptions": {pendingSubscriptionsQuery, []any{nil}},
+		"stats":                 {"SELECT " + statsColumns + " FROM subscriptions s WHERE s.id = 'h'", nil},
 	} {
 		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q.sql, q.args...)
 		if err != nil {
@@ -149,6 +151,19 @@ func TestDueQueriesUseSubscriptionIndex(t *testing.T) {
 		if !strings.Contains(p, "deliveries_subscription_due") || strings.Contains(p, "TEMP B-TREE") || strings.Contains(p, "SCAN d ") || strings.Contains(p, "SCAN deliveries") {
 			t.Fatalf("%s plan:\n%s", name, p)
 		}
+	}
+}
+
+// The heads of an ordered subscription's keys come from one seek of
+// deliveries_key_line per key, never a walk of the keys' rows; only the
+// heads found are sorted.
+func TestKeyHeadsSkipThroughTheKeyLine(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	p := plan(t, s, keyHeadsQuery, []any{"h", 0, "[]", 10})
+	if !strings.Contains(p, "SEARCH deliveries USING COVERING INDEX deliveries_key_line (subscription_id=? AND ordering_key>?)") ||
+		strings.Contains(p, "SCAN d ") || strings.Contains(p, "SCAN deliveries") {
+		t.Fatalf("key heads plan:\n%s", p)
 	}
 }
 

@@ -211,6 +211,68 @@ func testOrderedLines(t *testing.T, s store.Store) {
 	}
 }
 
+// testOrderedLongLines: behind a key whose head is retrying, more rows
+// wait than a refill walks; the other keys' heads and the unkeyed rows past
+// them are still due, in due order, and the waiting rows still count as
+// pending for when to look again and for the stats.
+func testOrderedLongLines(t *testing.T, s store.Store) {
+	f := newFx(t, s)
+	a := f.tenant()
+	sub := f.sub(a.ID, "long.example:443", ordered)
+	put := func(key string, next time.Time) core.Delivery {
+		return f.insert(item(ev(a.ID, "t", orderKey(key)), next, sub))[0].Deliveries[0]
+	}
+	p := []core.Delivery{put("p", at(0))}
+	for range 30 {
+		p = append(p, put("p", at(0)))
+	}
+	q1, r1, r2, u1 := put("q", at(time.Second)), put("r", at(2*time.Second)), put("r", at(3*time.Second)), put("", at(4*time.Second))
+	if u1.Sequence != 0 || r2.Sequence != 2 {
+		t.Fatalf("sequences: unkeyed %d, r2 %d", u1.Sequence, r2.Sequence)
+	}
+	f.record(p[0], 1, 500, core.DeliveryPending, at(2*time.Hour))
+	due := func(limit int, exclude ...string) ([]string, time.Time) {
+		t.Helper()
+		jobs, next, err := s.DeliveryDue(f.ctx, store.DeliveryDueParams{SubscriptionID: sub.ID, Now: at(time.Hour), Limit: limit, Exclude: exclude})
+		noErr(t, "DeliveryDue", err)
+		return ids(jobs, jobID), next
+	}
+	got, next := due(4)
+	same(t, "heads past the waiting line", got, []string{q1.ID, r1.ID, u1.ID})
+	if !next.Equal(at(2 * time.Hour)) {
+		t.Fatalf("next due = %v, want the retry at %v", next, at(2*time.Hour))
+	}
+	got, _ = due(1)
+	same(t, "limited", got, []string{q1.ID})
+	got, _ = due(4, q1.ID)
+	same(t, "excluding", got, []string{r1.ID, u1.ID})
+
+	pend, err := s.DeliveryPendingSubscriptions(f.ctx, nil)
+	noErr(t, "DeliveryPendingSubscriptions", err)
+	found := false
+	for _, d := range pend {
+		if d.SubscriptionID == sub.ID {
+			found = true
+			if !d.NextAttemptAt.Equal(at(0)) {
+				t.Fatalf("pending subscription next %v, want %v", d.NextAttemptAt, at(0))
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("pending subscriptions %+v lack %s", pend, sub.ID)
+	}
+	st, err := s.DeliveryStats(f.ctx, a.ID, sub.ID)
+	noErr(t, "DeliveryStats", err)
+	if st.Pending != 35 || !st.NextAttemptAt.Equal(at(0)) {
+		t.Fatalf("stats: %d pending, next %v; want 35 and %v", st.Pending, st.NextAttemptAt, at(0))
+	}
+
+	// The retrying head goes: the next of its line heads it.
+	f.record(p[0], 2, 200, core.DeliveryDelivered, time.Time{})
+	got, _ = due(10)
+	same(t, "line moved on", got, []string{p[1].ID, q1.ID, r1.ID, u1.ID})
+}
+
 func testDeliveryExpire(t *testing.T, s store.Store) {
 	f := newFx(t, s)
 	a := f.tenant()

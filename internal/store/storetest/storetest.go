@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryDue", testDeliveryDue},
 		{"DeliveryPendingSubscriptions", testDeliveryPendingSubscriptions},
 		{"OrderedLines", testOrderedLines},
+		{"OrderedLongLines", testOrderedLongLines},
 		{"DeliveryStats", testDeliveryStats},
 		{"DeliveryPendingCounts", testDeliveryPendingCounts},
 		{"DeliveryExpire", testDeliveryExpire},
