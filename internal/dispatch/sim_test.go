@@ -562,6 +562,33 @@ func TestSimOrderedKeysKeepOrderAndDoNotBlockEachOther(t *testing.T) {
 	})
 }
 
+// A key's next event goes once its predecessor's result is written; that
+// write must not wait out the result writer's interval, or every key moves
+// one event per interval.
+func TestSimOrderedKeyTakesNoIntervalPerTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, _ := s.endpoint("turns", ok(10*time.Millisecond), func(sub *core.Subscription) { sub.Ordered = true })
+		s.start(func(c *Config) { c.FlushInterval = time.Second })
+		const events = 20
+		for range events {
+			s.post("sim.turns", "k")
+		}
+		time.Sleep(5 * time.Second) // 5 intervals: 5 turns if each waited one
+		delivered := 0
+		for i, a := range ep.snapshot() {
+			if a.seq != int64(i+1) || a.class != send.Delivered {
+				t.Fatalf("attempt %d: sequence %d, %v", i, a.seq, a.class)
+			}
+			delivered++
+		}
+		s.stop()
+		if delivered != events {
+			t.Fatalf("%d of %d delivered in 5 s of 1 s result intervals", delivered, events)
+		}
+	})
+}
+
 // TestSimFleetForADayLosesNothing runs a day and a few hours against a
 // fleet of every kind of endpoint and checks each delivery ended as its
 // endpoint's behaviour dictates: delivered where the endpoint ever takes
