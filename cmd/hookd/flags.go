@@ -26,7 +26,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		if err != nil {
 			return
 		}
-		v := getenv("HOOKD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")))
+		v := getenv(envName(f.Name))
 		if v == "" {
 			return
 		}
@@ -41,7 +41,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 			err = f.Value.Set(v)
 		}
 		if err != nil {
-			err = fmt.Errorf("HOOKD_%s: %w", strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")), err)
+			err = fmt.Errorf("%s: %w", envName(f.Name), err)
 		}
 	})
 	if err != nil {
@@ -56,6 +56,30 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		return fmt.Errorf("%s: unexpected argument %q: every setting is a flag (--db FILE)", fs.Name(), fs.Arg(0))
 	}
 	return nil
+}
+
+// envName is the environment variable that sets flag name.
+func envName(name string) string { return "HOOKD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) }
+
+// strayEnv lists the HOOKD_ variables in environ that set none of fs's
+// flags: a misspelt HOOKD_RETENTON is otherwise ignored without a word,
+// and the setting it meant silently takes its default. also names the
+// variables the command reads besides its flags; HOOKD_TEST_ ones belong
+// to the test suite.
+func strayEnv(fs *flag.FlagSet, environ []string, also ...string) []string {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	for _, a := range also {
+		known[a] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "HOOKD_") && !strings.HasPrefix(k, "HOOKD_TEST_") && !known[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // listFlag is a repeatable string flag.

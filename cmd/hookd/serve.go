@@ -65,6 +65,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, k := range strayEnv(fs, os.Environ(), "HOOKD_SECRET_KEY") {
+		log.Warn("environment variable names no serve flag: ignored", "var", k)
+	}
 	allowed, err := send.ParseAllow(ctx, net.DefaultResolver, allow)
 	if err != nil {
 		return err
