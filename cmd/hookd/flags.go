@@ -59,7 +59,9 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 }
 
 // envName is the environment variable that sets flag name.
-func envName(name string) string { return "HOOKD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) }
+func envName(name string) string {
+	return "HOOKD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
 
 // strayEnv lists the HOOKD_ variables in environ that set none of fs's
 // flags: a misspelt HOOKD_RETENTON is otherwise ignored without a word,

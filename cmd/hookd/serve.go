@@ -68,6 +68,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, k := range strayEnv(fs, os.Environ(), "HOOKD_SECRET_KEY") {
 		log.Warn("environment variable names no serve flag: ignored", "var", k)
 	}
+	// An empty --addr would listen on every interface, on a random port.
+	if _, _, err := net.SplitHostPort(*addr); err != nil {
+		return fmt.Errorf("--addr %q: want host:port, such as 127.0.0.1:8080 (:8080 for every interface)", *addr)
+	}
 	allowed, err := send.ParseAllow(ctx, net.DefaultResolver, allow)
 	if err != nil {
 		return err

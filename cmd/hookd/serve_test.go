@@ -193,6 +193,8 @@ func TestServeMetricsListener(t *testing.T) {
 
 func TestServeRefusesBadNetworkFlags(t *testing.T) {
 	for _, c := range []struct{ flag, value, want string }{
+		{"--addr", "", `--addr "": want host:port`},
+		{"--addr", "8080", `--addr "8080": want host:port`},
 		{"--allow-network", "127.0.0.1", `--allow-network "127.0.0.1": not a CIDR (127.0.0.0/8) or host:port`},
 		{"--allow-network", "127.0.0.1:0", `--allow-network "127.0.0.1:0": port must be`},
 		{"--allow-network", "10.0.0.0/40", `--allow-network "10.0.0.0/40": not a CIDR`},

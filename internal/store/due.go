@@ -33,14 +33,21 @@ func OrderedShort(jobs []core.Job, limit int) bool {
 }
 
 // FirstDue is the first limit of jobs by (next attempt, ID), each once: the
-// order one walk of every due row would give.
+// order one walk of every due row would give. A refill's queries see no
+// common snapshot, so a row two of them return may differ between them:
+// the first copy is kept.
 func FirstDue(jobs []core.Job, limit int) []core.Job {
+	seen := make(map[string]bool, len(jobs))
+	jobs = slices.DeleteFunc(jobs, func(j core.Job) bool {
+		dup := seen[j.Delivery.ID]
+		seen[j.Delivery.ID] = true
+		return dup
+	})
 	slices.SortFunc(jobs, func(a, b core.Job) int {
 		if c := a.Delivery.NextAttemptAt.Compare(b.Delivery.NextAttemptAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Delivery.ID, b.Delivery.ID)
 	})
-	jobs = slices.CompactFunc(jobs, func(a, b core.Job) bool { return a.Delivery.ID == b.Delivery.ID })
 	return jobs[:min(len(jobs), limit)]
 }
