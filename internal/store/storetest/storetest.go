@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeliveryPendingSubscriptions", testDeliveryPendingSubscriptions},
 		{"OrderedLines", testOrderedLines},
 		{"OrderedLongLines", testOrderedLongLines},
+		{"DueMatchesOneWalk", testDueMatchesOneWalk},
 		{"DeliveryStats", testDeliveryStats},
 		{"DeliveryPendingCounts", testDeliveryPendingCounts},
 		{"DeliveryExpire", testDeliveryExpire},
