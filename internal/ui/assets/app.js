@@ -461,11 +461,17 @@ function signOut(msg) {
   flash(msg || '', 'info');
 }
 
+// leaveForLink forgets the tab's session when a portal link is opened,
+// whether or not the link turns out valid.
+function leaveForLink() {
+  for (const k of ['hookd.token', 'hookd.admin', 'hookd.tenants']) store.removeItem(k);
+}
+
 // portalSignIn exchanges a portal link's token, once, for a session of
 // its tenant. The token leaves the address bar and history first.
 async function portalSignIn(token) {
   history.replaceState(null, '', '#/');
-  for (const k of ['hookd.token', 'hookd.admin', 'hookd.tenants']) store.removeItem(k);
+  leaveForLink();
   try {
     const s = await call('POST', '/portal/session', {token});
     store.setItem('hookd.token', s.api_key);
@@ -1123,6 +1129,7 @@ async function route(keepFlash, quiet) {
       arg = decodeURIComponent(found[0].exec(path)[1]);
     } catch (e) {
       history.replaceState(null, '', '#/');
+      leaveForLink();
       return signIn('This link is not valid: it was cut or changed. Ask for a new one.');
     }
     return found[1](arg);
