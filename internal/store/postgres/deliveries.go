@@ -241,22 +241,8 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 		limit = 100
 	}
 	excl, walk := orEmpty(p.Exclude), store.OrderedWalk(limit, len(p.Exclude))
-	b := &pgx.Batch{}
-	b.Queue(dueQuery, p.SubscriptionID, p.Now, excl, limit, walk)
-	b.Queue(nextDueQuery, p.SubscriptionID, p.Now, walk)
-	br := s.pool.SendBatch(ctx, b)
-	jobs, err := collectJobs(br.Query())
+	jobs, later, orderedDue, err := s.firstLook(ctx, p, excl, limit, walk)
 	if err != nil {
-		br.Close()
-		return nil, time.Time{}, err
-	}
-	var later pgtype.Timestamptz
-	var orderedDue int
-	if err := br.QueryRow().Scan(&later, &orderedDue); err != nil {
-		br.Close()
-		return nil, time.Time{}, err
-	}
-	if err := br.Close(); err != nil {
 		return nil, time.Time{}, err
 	}
 	if orderedDue >= walk && store.OrderedShort(jobs, limit) {
@@ -267,6 +253,23 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 		jobs = append(jobs, heads...)
 	}
 	return store.FirstDue(jobs, limit), tm(later), nil
+}
+
+// firstLook sends dueQuery and nextDueQuery in one round trip: the jobs,
+// the next-due time, and how many ordered rows are due (up to walk).
+func (s *Store) firstLook(ctx context.Context, p store.DeliveryDueParams, excl []string, limit, walk int) ([]core.Job, pgtype.Timestamptz, int, error) {
+	b := &pgx.Batch{}
+	b.Queue(dueQuery, p.SubscriptionID, p.Now, excl, limit, walk)
+	b.Queue(nextDueQuery, p.SubscriptionID, p.Now, walk)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var later pgtype.Timestamptz
+	var orderedDue int
+	jobs, err := collectJobs(br.Query())
+	if err == nil {
+		err = br.QueryRow().Scan(&later, &orderedDue)
+	}
+	return jobs, later, orderedDue, err
 }
 
 func collectJobs(rows pgx.Rows, err error) ([]core.Job, error) {

@@ -263,11 +263,7 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 		return nil, time.Time{}, err
 	}
 	now, walk := ns(p.Now), store.OrderedWalk(limit, len(excl))
-	rows, err := s.stmts[dueQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit, walk)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	jobs, err := collectJobs(rows)
+	jobs, err := collectJobs(s.stmts[dueQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit, walk))
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -282,11 +278,7 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 			return nil, time.Time{}, err
 		}
 		if due >= walk {
-			rows, err := s.stmts[keyHeadsQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit)
-			if err != nil {
-				return nil, time.Time{}, err
-			}
-			heads, err := collectJobs(rows)
+			heads, err := collectJobs(s.stmts[keyHeadsQuery].QueryContext(ctx, p.SubscriptionID, now, string(ex), limit))
 			if err != nil {
 				return nil, time.Time{}, err
 			}
@@ -296,7 +288,10 @@ func (s *Store) DeliveryDue(ctx context.Context, p store.DeliveryDueParams) ([]c
 	return store.FirstDue(jobs, limit), tm(next.Int64), nil
 }
 
-func collectJobs(rows *sql.Rows) ([]core.Job, error) {
+func collectJobs(rows *sql.Rows, err error) ([]core.Job, error) {
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	jobs := []core.Job{}
 	for rows.Next() {
