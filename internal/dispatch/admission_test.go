@@ -177,24 +177,38 @@ func TestWindowWidensForSlowAttempts(t *testing.T) {
 	}
 }
 
-// A Retry-After pauses the endpoint that was told; its host only when a
-// second endpoint of it is told within a minute.
-func TestRetryAfterPausesTheHostOnlyForTwoEndpoints(t *testing.T) {
+// A Retry-After pauses the endpoint that was told; its host only when an
+// endpoint of another tenant is told within a minute and no third endpoint
+// was served since.
+func TestRetryAfterPausesTheHostOnlyOnHostWideEvidence(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	h := &host{name: "discord.example:443", lanes: map[string]*lane{}}
-	a, b := &lane{subID: "sub_a"}, &lane{subID: "sub_b"}
+	a := &lane{subID: "sub_a", url: "https://discord.example/a", tenant: "acme"}
+	a2 := &lane{subID: "sub_a2", url: "https://discord.example/a2", tenant: "acme"}
+	b := &lane{subID: "sub_b", url: "https://discord.example/b", tenant: "beta"}
+	c := &lane{subID: "sub_c", url: "https://discord.example/c", tenant: "cargo"}
 	h.pause(a, now.Add(time.Minute), now)
 	h.pause(a, now.Add(2*time.Minute), now.Add(time.Second)) // the same endpoint again
 	if !h.pauseUntil.IsZero() || !a.pauseUntil.Equal(now.Add(2*time.Minute)) {
 		t.Fatalf("one endpoint told twice: host paused until %v, endpoint until %v", h.pauseUntil, a.pauseUntil)
 	}
-	h.pause(b, now.Add(3*time.Minute), now.Add(2*time.Minute)) // a minute and more after a's last
-	if !h.pauseUntil.IsZero() {
-		t.Fatalf("a second endpoint told over a minute later paused the host until %v", h.pauseUntil)
+	h.pause(a2, now.Add(2*time.Minute), now.Add(2*time.Second))
+	if !h.pauseUntil.IsZero() || !a2.pauseUntil.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("two endpoints of one tenant told: host paused until %v, the second endpoint until %v", h.pauseUntil, a2.pauseUntil)
 	}
+	h.pause(b, now.Add(3*time.Minute), now.Add(2*time.Minute)) // a minute and more after acme's last
+	if !h.pauseUntil.IsZero() {
+		t.Fatalf("a second tenant's endpoint told over a minute later paused the host until %v", h.pauseUntil)
+	}
+	h.serve(c, now.Add(2*time.Minute+time.Second)) // a third endpoint served between the two
 	h.pause(a, now.Add(4*time.Minute), now.Add(2*time.Minute+30*time.Second))
-	if !h.pauseUntil.Equal(now.Add(4 * time.Minute)) {
-		t.Fatalf("two endpoints told within a minute: host paused until %v, want %v", h.pauseUntil, now.Add(4*time.Minute))
+	if !h.pauseUntil.IsZero() {
+		t.Fatalf("two tenants told within a minute beside a served endpoint: host paused until %v", h.pauseUntil)
+	}
+	h.serve(a, now.Add(2*time.Minute+40*time.Second)) // one of the two told is no third
+	h.pause(b, now.Add(5*time.Minute), now.Add(2*time.Minute+50*time.Second))
+	if !h.pauseUntil.Equal(now.Add(5 * time.Minute)) {
+		t.Fatalf("two tenants told within a minute, no other endpoint served: host paused until %v, want %v", h.pauseUntil, now.Add(5*time.Minute))
 	}
 }
 

@@ -224,6 +224,9 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		t := l.outcomes.sum(now, observedRateWindow)
 		l.aimd.cut(now, float64(t.n)/observedRateWindow.Seconds())
 	}
+	if out.Class == send.Delivered {
+		h.serve(l, out.StartedAt)
+	}
 	if out.RetryAfter > 0 && (out.StatusCode == 429 || out.StatusCode == 503) {
 		h.pause(l, now.Add(out.RetryAfter), now)
 		l.aimd.holdUntil(l.pauseUntil)

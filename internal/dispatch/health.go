@@ -202,7 +202,7 @@ type Stats struct {
 	BreakersOpen         int // hosts whose circuit is open or half-open
 	EndpointBreakersOpen int // endpoints whose own circuit is open or half-open
 	RateLimited          int // endpoints with a 429 rate cut in force
-	HostsPaused          int // hosts held by a Retry-After (two endpoints told to wait)
+	HostsPaused          int // hosts held by a Retry-After (two tenants' endpoints told to wait)
 	EndpointsPaused      int // endpoints held by a Retry-After of their own
 }
 

@@ -23,10 +23,12 @@ type host struct {
 	cause    cause     // why breaker last opened, which decides what its probe must show
 	judgedAt time.Time // the last look at whether most endpoints fail (at most one a second)
 	ramp     ramp      // after its circuit closes: its cap, and every lane's rate, from 10 %
-	// pauseUntil is a Retry-After the host asked of two endpoints within a
-	// minute (a host-wide limit); asked is the last endpoint told to wait.
+	// pauseUntil is a Retry-After the host asked of two tenants' endpoints
+	// within a minute while it served no other (a host-wide limit); asked
+	// is the last endpoint told to wait, served the last one served.
 	pauseUntil time.Time
 	asked      ask
+	served     ask
 	wakeAt     time.Time // the wake-up queued for this host, if any
 }
 
@@ -38,16 +40,19 @@ const (
 	byEndpoints                // most endpoints failed at once: the probe must succeed
 )
 
+// ask is one endpoint's turn at its host: told to wait, or served.
 type ask struct {
 	endpoint string
+	tenant   string
 	at       time.Time
 }
 
 // lane is one endpoint (a subscription) at its host: its queued work and
 // everything that judges it alone.
 type lane struct {
-	subID string
-	url   string // the endpoint, once its subscription was read: one URL may have several subscriptions
+	subID  string
+	url    string // the endpoint, once its subscription was read: one URL may have several subscriptions
+	tenant string // its subscription's, read with url
 	// fresh holds deliveries handed over at ingest; backlog holds due
 	// deliveries fetched from the store, oldest first.
 	fresh, backlog []*core.Job // pointers: a Job is ~450 bytes, copied per queue step
@@ -373,7 +378,7 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 			d.dropLocked(l)
 			continue
 		}
-		l.url = sub.URL
+		l.url, l.tenant = sub.URL, sub.TenantID
 		if !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
 			continue
 		}
@@ -394,17 +399,34 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 	return best, bestSub
 }
 
-// pause honours a Retry-After: the endpoint waits until then, and
-// so does its host when another endpoint of it was told to wait within
-// hostPauseWindow (a host-wide limit, not one endpoint's).
+// pause honours a Retry-After: the endpoint waits until then, and so does
+// its host when the evidence is host-wide: another endpoint, of another
+// tenant, was told to wait within hostPauseWindow, and no third endpoint
+// was served since. One tenant's endpoints told to wait is that tenant's
+// quota (an account's limit at Slack or a gateway), and an endpoint served
+// between the two shows the server still takes work: pausing the host then
+// would hold other customers' deliveries for what is not theirs.
 func (h *host) pause(l *lane, until, now time.Time) {
 	if until.After(l.pauseUntil) {
 		l.pauseUntil = until
 	}
-	if h.asked.endpoint != "" && h.asked.endpoint != l.endpoint() && now.Sub(h.asked.at) < hostPauseWindow && until.After(h.pauseUntil) {
+	told := ask{endpoint: l.endpoint(), tenant: l.tenant, at: now}
+	prev := h.asked
+	hostWide := prev.endpoint != "" && prev.endpoint != told.endpoint && prev.tenant != told.tenant &&
+		now.Sub(prev.at) < hostPauseWindow &&
+		!(h.served.at.After(prev.at) && h.served.endpoint != prev.endpoint && h.served.endpoint != told.endpoint)
+	if hostWide && until.After(h.pauseUntil) {
 		h.pauseUntil = until
 	}
-	h.asked = ask{endpoint: l.endpoint(), at: now}
+	h.asked = told
+}
+
+// serve notes an endpoint's delivered attempt, started at: evidence
+// against a host-wide pause asked of others after it began.
+func (h *host) serve(l *lane, at time.Time) {
+	if at.After(h.served.at) {
+		h.served = ask{endpoint: l.endpoint(), tenant: l.tenant, at: at}
+	}
 }
 
 // mostEndpointsFailing is the host's second kind of evidence, for a

@@ -423,6 +423,87 @@ func TestSimFailingPathsBesideAServedOneKeepTheHostOpen(t *testing.T) {
 	})
 }
 
+// beside429 runs two paths of gateway answering 429 with a Retry-After of
+// ten minutes, the first of tenant acme, the second of second, and a third
+// path of the default tenant that gets an event a second for a minute:
+// from before the two are told when busy, else from after. It returns the
+// third path's lags, whether it ended paused, and the two paths' attempts.
+func beside429(t *testing.T, second string, busy bool) (lags []time.Duration, paused bool, tries int) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		s.tenant("acme")
+		if second != "acme" {
+			s.tenant(second)
+		}
+		limited := func(time.Time, int, string) reply {
+			return reply{status: 429, retryAfter: 10 * time.Minute, latency: 5 * time.Millisecond}
+		}
+		var told []*endpoint
+		for i, tenant := range []string{"acme", second} {
+			ep, _ := s.path(gateway, fmt.Sprintf("told%d", i), fmt.Sprintf("sim.told%d", i), limited, tenantOf(tenant))
+			told = append(told, ep)
+		}
+		other, watch := s.path(gateway, "other", "sim.other", ok(20*time.Millisecond))
+		s.start()
+		var wg sync.WaitGroup
+		if busy {
+			s.traffic(&wg, "sim.other", time.Second, time.Minute)
+			time.Sleep(1500 * time.Millisecond)
+		}
+		for i, tenant := range []string{"acme", second} {
+			s.postAs(tenant, fmt.Sprintf("sim.told%d", i), "")
+			time.Sleep(time.Second)
+		}
+		for deadline := time.Now().Add(time.Minute); len(attemptsOf(told)) < 2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the told paths saw %d attempts in a minute, want 2", len(attemptsOf(told)))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !busy {
+			s.traffic(&wg, "sim.other", time.Second, time.Minute)
+		}
+		wg.Wait()
+		time.Sleep(5 * time.Second)
+		lags = s.lags(other)
+		paused = !s.d.Health(watch.Host, watch.ID).PausedUntil.IsZero()
+		tries = len(attemptsOf(told))
+		s.stop()
+	})
+	return lags, paused, tries
+}
+
+// One tenant's paths told to wait is that tenant's quota, and paths of two
+// tenants told while a third is being served show the server still takes
+// work: neither holds the third path back. Two tenants' paths told while
+// no other is served is a host-wide limit, and the host waits.
+func TestSimRetryAfterPausesTheHostOnlyOnHostWideEvidence(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		second     string
+		busy, held bool
+	}{
+		{"one tenant's quota", "acme", false, false},
+		{"two tenants beside a served path", "beta", true, false},
+		{"two tenants, nothing served", "beta", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lags, paused, tries := beside429(t, c.second, c.busy)
+			t.Logf("third path: %d deliveries, lag p50 %s, max %s, paused %v; told paths %d attempts",
+				len(lags), pct(lags, 0.5), pct(lags, 1), paused, tries)
+			if tries != 2 {
+				t.Errorf("the told paths were tried %d times within their pause, want 2", tries)
+			}
+			switch {
+			case c.held && (!paused || len(lags) != 0):
+				t.Errorf("a host-wide limit: the third path delivered %d events and is paused %v, want none and paused", len(lags), paused)
+			case !c.held && (paused || len(lags) != 60 || pct(lags, 1) > time.Second):
+				t.Errorf("the third path got %d of 60 events, slowest after %s, paused %v", len(lags), pct(lags, 1), paused)
+			}
+		})
+	}
+}
+
 // A host with more busy paths than slots (20 on a cap of 10), and one path
 // whose first attempt answered 500 and every later one 200: a freed slot
 // must not go to working paths for ever, or the one that failed once never

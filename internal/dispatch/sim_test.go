@@ -219,8 +219,11 @@ func (s *sim) stop() {
 	s.store.Close()
 }
 
-func (s *sim) post(typ, key string) string {
-	res, err := s.ingest.Submit(context.Background(), core.Event{TenantID: core.DefaultTenant, Type: typ,
+func (s *sim) post(typ, key string) string { return s.postAs(core.DefaultTenant, typ, key) }
+
+// postAs posts one event of typ as tenant (see tenant).
+func (s *sim) postAs(tenant, typ, key string) string {
+	res, err := s.ingest.Submit(context.Background(), core.Event{TenantID: tenant, Type: typ,
 		Payload: []byte(`{}`), OrderingKey: key})
 	if err != nil {
 		s.t.Fatal(err)
@@ -241,6 +244,17 @@ func (s *sim) traffic(wg *sync.WaitGroup, typ string, interval, span time.Durati
 			time.Sleep(interval)
 		}
 	}()
+}
+
+// tenant creates a tenant in the store; its subscriptions take tenantOf.
+func (s *sim) tenant(id string) {
+	if err := s.store.TenantCreate(context.Background(), core.Tenant{ID: id, Name: id, CreatedAt: time.Now().UTC()}, core.APIKey{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func tenantOf(id string) func(*core.Subscription) {
+	return func(s *core.Subscription) { s.TenantID = id }
 }
 
 func types(t ...string) func(*core.Subscription) {
