@@ -27,8 +27,8 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
-	if *keep <= 0 {
-		return fmt.Errorf("--retention must be over 0 (e.g. 720h)")
+	if *keep < retention.Min {
+		return fmt.Errorf("--retention must be at least %s (e.g. 720h)", retention.Min)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	keys, err := existingKeys(*db, *keyFile, log)

@@ -79,6 +79,7 @@ func TestPurgeRefusesBadFlags(t *testing.T) {
 		{"purge", "--db", t.TempDir() + "/hookd.db", "--retention", "24h"}, // no such file
 		{"purge", "--db", t.TempDir() + "/hookd.db"},                       // no --retention
 		{"purge", "--retention", "-1h"},
+		{"purge", "--retention", "1ns"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(t.Context(), args, &out, &errOut)

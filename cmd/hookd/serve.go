@@ -21,6 +21,7 @@ import (
 	"hookd/internal/app"
 	"hookd/internal/dispatch"
 	"hookd/internal/lifecycle"
+	"hookd/internal/retention"
 	"hookd/internal/send"
 	"hookd/internal/shed"
 	"hookd/internal/ui"
@@ -96,8 +97,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *leaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("--lease-ttl must be at least 300ms")
 	}
-	if *retain < 0 {
-		return fmt.Errorf("--retention must be 0 (keep everything) or positive")
+	if *retain != 0 && *retain < retention.Min {
+		return fmt.Errorf("--retention must be 0 (keep everything) or at least %s", retention.Min)
 	}
 	if *disableAfter < 0 {
 		return fmt.Errorf("--disable-after must be 0 (never) or positive")

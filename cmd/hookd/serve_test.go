@@ -116,10 +116,10 @@ func TestServeRefusesTooShortLeaseTTL(t *testing.T) {
 	}
 }
 
-// A negative retention or shed threshold, a limit out of range or a
+// A negative or sub-hour retention, a negative shed threshold, a limit out of range or a
 // metrics address without a port is refused before anything opens.
 func TestServeRefusesNegativeDurationsAndCounts(t *testing.T) {
-	for _, c := range [][2]string{{"--retention", "-1h"}, {"--shed-backlog", "-1"}, {"--idle-timeout", "0s"},
+	for _, c := range [][2]string{{"--retention", "-1h"}, {"--retention", "1ns"}, {"--retention", "59m"}, {"--shed-backlog", "-1"}, {"--idle-timeout", "0s"},
 		{"--ingest-rate", "-1"}, {"--ingest-rate", "NaN"}, {"--ingest-burst", "0"}, {"--max-subscriptions", "-1"}, {"--metrics-addr", "9464"},
 		{"--shutdown-timeout", "0s"}, {"--shutdown-timeout", "-5s"},
 		// A stray argument ends Go's flag parsing: the flags after it were dropped.

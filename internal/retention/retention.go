@@ -16,6 +16,10 @@ import (
 const (
 	// Every is how often a pass runs (the first right at start).
 	Every = time.Hour
+	// Min is the shortest window a node or purge takes: shorter looks like
+	// a slip (1ns, 30s) and would remove a delivery's record and payload
+	// before anyone could look at it or replay it.
+	Min = time.Hour
 	// batch events are looked at per transaction, so a pass never holds
 	// the writer long, however many old events are kept (pending).
 	batch = 1000
