@@ -153,6 +153,9 @@ var svixCodes = map[string]string{
 func svixBody(ae *apiError) any {
 	if ae.Status == http.StatusUnprocessableEntity && ae.Field != "" {
 		loc := append([]string{"body"}, strings.Split(ae.Field, ".")...) // headers.X-Key: ["body", "headers", "X-Key"]
+		if ae.Field == "body" {
+			loc = loc[:1] // the body as a whole
+		}
 		if q, ok := strings.CutPrefix(ae.Field, "query."); ok {
 			loc = []string{"query", q}
 		}

@@ -361,6 +361,20 @@ func svixPage[T, J any](w http.ResponseWriter, page store.Page[T], limit int, to
 		"done": page.NextCursor == "", "limit": limit})
 }
 
+// svixDecode reads a Svix call's body as decode does, passing over
+// unknown members, and answers what it refuses as Svix's server does: a
+// body that does not decode (bad JSON, a field of the wrong type) is a 422
+// at ["body", field], not /v1's 400. A body too large stays a 413.
+func svixDecode(w http.ResponseWriter, r *http.Request, v any) error {
+	err := decodeJSON(w, r, v, false)
+	if ae, ok := err.(*apiError); ok && ae.Status == http.StatusBadRequest {
+		out := *ae
+		out.Status, out.Code = http.StatusUnprocessableEntity, "invalid"
+		return &out
+	}
+	return err
+}
+
 // errQuery is a bad query parameter, as Svix answers it: 422 at ["query", name].
 func errQuery(name, msg string) *apiError {
 	return &apiError{Status: http.StatusUnprocessableEntity, Code: "invalid", Field: "query." + name, Message: name + ": " + msg}
@@ -497,7 +511,7 @@ func optional(field string, raw jsontext.Value, v any) (set, null bool, err erro
 		return true, true, nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return true, false, errBadRequest(field, "has the wrong type")
+		return true, false, errInvalid(field, "has the wrong type")
 	}
 	return true, false, nil
 }

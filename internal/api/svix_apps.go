@@ -141,7 +141,7 @@ func (s *Server) svixCreateApp(w http.ResponseWriter, r *http.Request, p princip
 		return errForbidden
 	}
 	var in svixAppIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	var t core.Tenant
@@ -230,7 +230,7 @@ func (s *Server) svixGetApp(w http.ResponseWriter, r *http.Request, p principal)
 // admin only) with {app_id} as its uid.
 func (s *Server) svixUpdateApp(w http.ResponseWriter, r *http.Request, p principal) error {
 	var in svixAppIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	t, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
@@ -259,7 +259,7 @@ func (s *Server) svixUpdateApp(w http.ResponseWriter, r *http.Request, p princip
 
 func (s *Server) svixPatchApp(w http.ResponseWriter, r *http.Request, p principal) error {
 	var in svixAppIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	t, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))

@@ -234,7 +234,7 @@ func (s *Server) svixListEndpoints(w http.ResponseWriter, r *http.Request, p pri
 
 func (s *Server) svixCreateEndpoint(w http.ResponseWriter, r *http.Request, p principal) error {
 	var in svixEndpointIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	app, err := s.svixApp(r.Context(), p, r.PathValue("app_id"))
@@ -281,7 +281,7 @@ func (s *Server) svixPatchEndpoint(w http.ResponseWriter, r *http.Request, p pri
 // secret in a PATCH rotates to it (the old one signs for 24 h more).
 func (s *Server) svixChangeEndpoint(w http.ResponseWriter, r *http.Request, p principal, patch bool) error {
 	var in svixEndpointIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	if in.Headers != nil {
@@ -343,7 +343,7 @@ func (s *Server) svixRotateSecret(w http.ResponseWriter, r *http.Request, p prin
 		Key jsontext.Value `json:"key"`
 	}
 	if r.ContentLength != 0 {
-		if err := decodeJSON(w, r, &in, false); err != nil {
+		if err := svixDecode(w, r, &in); err != nil {
 			return err
 		}
 	}
@@ -392,7 +392,7 @@ func (s *Server) svixSetHeaders(w http.ResponseWriter, r *http.Request, p princi
 	var in struct {
 		Headers map[string]string `json:"headers"`
 	}
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	cur, err := s.svixAppEndpoint(r, p)
@@ -429,7 +429,7 @@ func (s *Server) svixRecover(w http.ResponseWriter, r *http.Request, p principal
 		Since string `json:"since"`
 		Until string `json:"until"`
 	}
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	if in.Since == "" {

@@ -87,7 +87,7 @@ func (in svixEventTypeIn) apply(et *core.EventType, patch bool) error {
 	if len(in.Schemas) > 0 || !patch {
 		var schemas map[string]json.RawMessage
 		if set, null, err := optional("schemas", in.Schemas, &schemas); err != nil {
-			return errBadRequest("schemas", "must be an object or null")
+			return errInvalid("schemas", "must be an object or null")
 		} else if !set || null {
 			next.Schemas = nil
 		} else {
@@ -120,7 +120,7 @@ func (s *Server) svixCreateEventType(w http.ResponseWriter, r *http.Request, p p
 		return errForbidden
 	}
 	var in svixEventTypeIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	if in.Name == nil {
@@ -174,7 +174,7 @@ func (s *Server) svixChangeEventType(w http.ResponseWriter, r *http.Request, p p
 		return errForbidden
 	}
 	var in svixEventTypeIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	name := r.PathValue("event_type_name")

@@ -67,7 +67,7 @@ type svixMessageIn struct {
 // answer; Svix's server answers 409 there, without the message).
 func (s *Server) svixCreateMessage(w http.ResponseWriter, r *http.Request, p principal) error {
 	var in svixMessageIn
-	if err := decodeJSON(w, r, &in, false); err != nil {
+	if err := svixDecode(w, r, &in); err != nil {
 		return err
 	}
 	if len(in.Application) > 0 && string(in.Application) != "null" {

@@ -64,7 +64,10 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "throttleRate": -1}, 422, "body.throttleRate"},
 		{"/api/v1/app", map[string]any{"name": "n", "throttleRate": 70000}, 422, "body.throttleRate"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "channels": []string{"c"}}, 501, "not_implemented"},
-		{"/api/v1/app/acme/endpoint", map[string]any{"url": 5}, 400, "bad_request"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": 5}, 422, "body.url"},
+		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "filterTypes": "a.b"}, 422, "body.filterTypes"},
+		{"/api/v1/app", map[string]any{"name": []string{"n"}}, 422, "body.name"},
+		{"/api/v1/app/acme/msg", map[string]any{"eventType": 7, "payload": map[string]any{}}, 422, "body.eventType"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "Order.Created", "payload": map[string]any{}}, 422, "body.eventType"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "hookd.test", "payload": map[string]any{}}, 422, "body.eventType"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b"}, 422, "body.payload"},
@@ -80,6 +83,12 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 		}
 		if st != c.status || got != c.loc {
 			t.Errorf("POST %s %v: %d %v, want %d %s", c.path, c.body, st, out, c.status, c.loc)
+		}
+	}
+	// A body that is not JSON at all is Svix's 422 too, at ["body"].
+	for _, raw := range []string{`{"name": "n"`, `[1]`, `{"name": "n"} x`} {
+		if st, out := a.Do("POST", "/api/v1/app", raw); st != 422 || svixLoc(out) != "body" {
+			t.Errorf("POST /api/v1/app %s: %d %v, want 422 at body", raw, st, out)
 		}
 	}
 	if st, out := a.Do("GET", "/api/v1/app/acme/msg?limit=0", nil); st != 422 || svixLoc(out) != "query.limit" {
