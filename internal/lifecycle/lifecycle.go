@@ -303,11 +303,14 @@ func recoveredPayload(f store.FailingSubscription, ok core.Attempt, now time.Tim
 	return p
 }
 
-// disabledPayload is what a disable tells: sub as written, and the
-// failures that led to it.
+// disabledPayload is what a disable tells: sub as written, the failures
+// that led to it, and what it leaves unsent: the deliveries pending just
+// before it (skipped by it) from the oldest one's creation, which is the
+// since a bulk replay takes to send them once the endpoint is fixed.
 func disabledPayload(sub core.Subscription, st store.DeliveryStats) map[string]any {
 	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "reason": sub.DisabledReason,
-		"disabled_at": sub.UpdatedAt.UTC(), "failing_since": timeOrNil(st.FailingSince), "failed": st.Failed}
+		"disabled_at": sub.UpdatedAt.UTC(), "failing_since": timeOrNil(st.FailingSince), "failed": st.Failed,
+		"skipped": st.Pending, "skipped_since": timeOrNil(st.OldestPendingAt)}
 }
 
 // replayPayload is what a finished job tells.

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,6 +204,29 @@ func TestSimFiveDaysOfFailuresDisable(t *testing.T) {
 		}
 		if n := len(w.events(ops, TypeFailing)); n < 1 {
 			t.Errorf("%d failing events before the disable, want at least one", n)
+		}
+		// It says what the disable left unsent, from when: what a bulk
+		// replay would take. (Events after it are written skipped too.)
+		var skipped []time.Time
+		for cursor := ""; ; {
+			page, err := w.store.DeliveryList(context.Background(), store.DeliveryListParams{SubscriptionID: dead.ID, Cursor: cursor, Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range page.Data {
+				if d.State == core.DeliverySkipped && !d.CreatedAt.After(got.UpdatedAt) {
+					skipped = append(skipped, d.CreatedAt)
+				}
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+		slices.SortFunc(skipped, time.Time.Compare)
+		if len(skipped) == 0 || disabled[0].data["skipped"] != float64(len(skipped)) ||
+			disabled[0].data["skipped_since"] != skipped[0].UTC().Format(time.RFC3339Nano) {
+			t.Errorf("the disabled event says %v skipped since %v; the store holds %d skipped, the oldest created %v",
+				disabled[0].data["skipped"], disabled[0].data["skipped_since"], len(skipped), skipped)
 		}
 		w.mu.Lock()
 		for _, d := range w.seen[dead.URL] {
