@@ -20,7 +20,7 @@ const (
 	breakerMaxOpen     = 30 * time.Minute
 	hostMinFailing     = 3           // endpoints failing at once before it is the host's failure
 	activeWindow       = time.Minute // an endpoint that sent this recently shares its host's cap
-	hostPauseWindow    = time.Minute // two tenants' endpoints told to wait within this may pause their host
+	hostPauseWindow    = time.Minute // two endpoints told to wait within this may pause their tenant's endpoints or their host (pause)
 	rampStart          = 0.10        // share of the destination's rate admitted when it recovers
 	rampDuration       = 5 * time.Minute
 	rampHealthyRatio   = 0.9 // the ramp advances at full speed while this share of attempts succeed

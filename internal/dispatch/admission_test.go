@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -177,38 +178,81 @@ func TestWindowWidensForSlowAttempts(t *testing.T) {
 	}
 }
 
-// A Retry-After pauses the endpoint that was told; its host only when an
-// endpoint of another tenant is told within a minute and no third endpoint
-// was served since.
-func TestRetryAfterPausesTheHostOnlyOnHostWideEvidence(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
-	h := &host{name: "discord.example:443", lanes: map[string]*lane{}}
-	a := &lane{subID: "sub_a", url: "https://discord.example/a", tenant: "acme"}
-	a2 := &lane{subID: "sub_a2", url: "https://discord.example/a2", tenant: "acme"}
-	b := &lane{subID: "sub_b", url: "https://discord.example/b", tenant: "beta"}
-	c := &lane{subID: "sub_c", url: "https://discord.example/c", tenant: "cargo"}
-	h.pause(a, now.Add(time.Minute), now)
-	h.pause(a, now.Add(2*time.Minute), now.Add(time.Second)) // the same endpoint again
-	if !h.pauseUntil.IsZero() || !a.pauseUntil.Equal(now.Add(2*time.Minute)) {
-		t.Fatalf("one endpoint told twice: host paused until %v, endpoint until %v", h.pauseUntil, a.pauseUntil)
+// A Retry-After pauses the endpoint that was told. A second endpoint of
+// its tenant told within a minute pauses the tenant's endpoints on the
+// host, one of another tenant the host; neither while an endpoint in that
+// scope is serving.
+func TestRetryAfterPausesWhatTheEvidenceCovers(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	type lanes map[string]*lane
+	build := func() (*host, lanes) {
+		h := &host{name: "discord.example:443", lanes: map[string]*lane{}}
+		ls := lanes{}
+		for _, n := range []string{"a1", "a2", "a3", "b1", "c1"} {
+			l := &lane{subID: "sub_" + n, url: "https://discord.example/" + n, tenant: map[byte]string{'a': "acme", 'b': "beta", 'c': "cargo"}[n[0]]}
+			h.lanes[l.subID], ls[n] = l, l
+		}
+		return h, ls
 	}
-	h.pause(a2, now.Add(2*time.Minute), now.Add(2*time.Second))
-	if !h.pauseUntil.IsZero() || !a2.pauseUntil.Equal(now.Add(2*time.Minute)) {
-		t.Fatalf("two endpoints of one tenant told: host paused until %v, the second endpoint until %v", h.pauseUntil, a2.pauseUntil)
-	}
-	h.pause(b, now.Add(3*time.Minute), now.Add(2*time.Minute)) // a minute and more after acme's last
-	if !h.pauseUntil.IsZero() {
-		t.Fatalf("a second tenant's endpoint told over a minute later paused the host until %v", h.pauseUntil)
-	}
-	h.serve(c, now.Add(2*time.Minute+time.Second)) // a third endpoint served between the two
-	h.pause(a, now.Add(4*time.Minute), now.Add(2*time.Minute+30*time.Second))
-	if !h.pauseUntil.IsZero() {
-		t.Fatalf("two tenants told within a minute beside a served endpoint: host paused until %v", h.pauseUntil)
-	}
-	h.serve(a, now.Add(2*time.Minute+40*time.Second)) // one of the two told is no third
-	h.pause(b, now.Add(5*time.Minute), now.Add(2*time.Minute+50*time.Second))
-	if !h.pauseUntil.Equal(now.Add(5 * time.Minute)) {
-		t.Fatalf("two tenants told within a minute, no other endpoint served: host paused until %v, want %v", h.pauseUntil, now.Add(5*time.Minute))
+	until := t0.Add(time.Hour)
+	for _, c := range []struct {
+		name string
+		run  func(h *host, ls lanes)
+		// want paused: the lanes held at t0+2s, and the host
+		lanesHeld []string
+		hostHeld  bool
+	}{
+		{"one endpoint told twice", func(h *host, ls lanes) {
+			h.pause(ls["a1"], until, t0)
+			h.pause(ls["a1"], until, t0.Add(time.Second))
+		}, []string{"a1"}, false},
+		{"two of one tenant: its endpoints wait, no other's", func(h *host, ls lanes) {
+			h.pause(ls["a1"], until, t0)
+			h.pause(ls["a2"], until, t0.Add(time.Second))
+		}, []string{"a1", "a2", "a3"}, false},
+		{"two of one tenant over a minute apart", func(h *host, ls lanes) {
+			h.pause(ls["a1"], t0.Add(-time.Minute+2*time.Second), t0.Add(-time.Minute))
+			h.pause(ls["a2"], until, t0.Add(time.Second))
+		}, []string{"a2"}, false},
+		{"two of one tenant beside its serving third", func(h *host, ls lanes) {
+			ls["a3"].servedAt = t0.Add(-10 * time.Millisecond)
+			h.pause(ls["a1"], until, t0)
+			h.pause(ls["a2"], until, t0.Add(time.Second))
+		}, []string{"a1", "a2"}, false},
+		{"two tenants, nothing serving: the host waits", func(h *host, ls lanes) {
+			ls["c1"].servedAt = t0.Add(-2 * time.Minute) // long ago
+			h.pause(ls["a1"], until, t0)
+			h.pause(ls["b1"], until, t0.Add(5*time.Millisecond))
+		}, []string{"a1", "b1"}, true},
+		{"two tenants just after a third served", func(h *host, ls lanes) {
+			ls["c1"].servedAt = t0.Add(-10 * time.Millisecond)
+			h.pause(ls["a1"], until, t0)
+			h.pause(ls["b1"], until, t0.Add(5*time.Millisecond))
+		}, []string{"a1", "b1"}, false},
+		{"…until the third is told too", func(h *host, ls lanes) {
+			ls["c1"].servedAt = t0.Add(-10 * time.Millisecond)
+			h.pause(ls["a1"], until, t0)
+			h.pause(ls["b1"], until, t0.Add(5*time.Millisecond))
+			h.pause(ls["c1"], until, t0.Add(time.Second))
+		}, []string{"a1", "b1", "c1"}, true},
+		{"a told endpoint served since counts as serving", func(h *host, ls lanes) {
+			h.pause(ls["a1"], t0.Add(time.Second), t0)
+			ls["a1"].servedAt = t0.Add(time.Second)
+			h.pause(ls["b1"], until, t0.Add(1500*time.Millisecond))
+		}, []string{"b1"}, false},
+	} {
+		h, ls := build()
+		c.run(h, ls)
+		at := t0.Add(2 * time.Second)
+		var held []string
+		for _, n := range []string{"a1", "a2", "a3", "b1", "c1"} {
+			if at.Before(ls[n].pauseUntil) {
+				held = append(held, n)
+			}
+		}
+		if !slices.Equal(held, c.lanesHeld) || at.Before(h.pauseUntil) != c.hostHeld {
+			t.Errorf("%s: endpoints held %v, host held %v; want %v and %v", c.name, held, at.Before(h.pauseUntil), c.lanesHeld, c.hostHeld)
+		}
 	}
 }
 

@@ -203,7 +203,7 @@ type Stats struct {
 	EndpointBreakersOpen int // endpoints whose own circuit is open or half-open
 	RateLimited          int // endpoints with a 429 rate cut in force
 	HostsPaused          int // hosts held by a Retry-After (two tenants' endpoints told to wait)
-	EndpointsPaused      int // endpoints held by a Retry-After of their own
+	EndpointsPaused      int // endpoints held by a Retry-After of their own or their tenant's there
 }
 
 // Stats takes the lock once and counts; it reads admission state without

@@ -23,12 +23,11 @@ type host struct {
 	cause    cause     // why breaker last opened, which decides what its probe must show
 	judgedAt time.Time // the last look at whether most endpoints fail (at most one a second)
 	ramp     ramp      // after its circuit closes: its cap, and every lane's rate, from 10 %
-	// pauseUntil is a Retry-After the host asked of two tenants' endpoints
-	// within a minute while it served no other (a host-wide limit); asked
-	// is the last endpoint told to wait, served the last one served.
+	// pauseUntil is a Retry-After asked of endpoints of two tenants within
+	// a minute while no endpoint of the host was serving (a host-wide
+	// limit); told is each tenant's last endpoint told to wait (see pause).
 	pauseUntil time.Time
-	asked      ask
-	served     ask
+	told       map[string]ask
 	wakeAt     time.Time // the wake-up queued for this host, if any
 }
 
@@ -40,10 +39,9 @@ const (
 	byEndpoints                // most endpoints failed at once: the probe must succeed
 )
 
-// ask is one endpoint's turn at its host: told to wait, or served.
+// ask is one endpoint told to wait (a Retry-After), and when.
 type ask struct {
 	endpoint string
-	tenant   string
 	at       time.Time
 }
 
@@ -89,9 +87,12 @@ type lane struct {
 	breaker    breaker
 	ramp       ramp
 	pauseUntil time.Time
-	aimd       aimd
-	aimdBucket bucket
-	bucket     bucket
+	// toldAt is its last Retry-After, servedAt the start of its last 2xx:
+	// whether it is serving, the evidence against pausing others (pause).
+	toldAt, servedAt time.Time
+	aimd             aimd
+	aimdBucket       bucket
+	bucket           bucket
 }
 
 // laneLocked finds or makes the host and lane of a subscription's work.
@@ -223,6 +224,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	d.dropLocked(l)
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
 	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
+	l.toldAt, l.servedAt = time.Time{}, time.Time{}
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -399,34 +401,67 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 	return best, bestSub
 }
 
-// pause honours a Retry-After: the endpoint waits until then, and so does
-// its host when the evidence is host-wide: another endpoint, of another
-// tenant, was told to wait within hostPauseWindow, and no third endpoint
-// was served since. One tenant's endpoints told to wait is that tenant's
-// quota (an account's limit at Slack or a gateway), and an endpoint served
-// between the two shows the server still takes work: pausing the host then
-// would hold other customers' deliveries for what is not theirs.
+// pause honours a Retry-After: the endpoint waits until then. A limit
+// wider than one endpoint needs wider evidence, and only holds what it
+// covers:
+//   - another endpoint of the same tenant told within hostPauseWindow is
+//     that tenant's quota at the service (Slack and gateways keep them per
+//     account): every endpoint of the tenant on the host waits;
+//   - an endpoint of another tenant told within it is a host-wide limit:
+//     the host waits.
+//
+// Neither applies while an endpoint in its scope is serving (a 2xx within
+// the window, after its last Retry-After): the server still takes that work, and
+// holding it would be holding one customer for another's limit. Under a
+// limit that is really host-wide, such an endpoint's next attempt is told
+// too, and the pause follows.
 func (h *host) pause(l *lane, until, now time.Time) {
-	if until.After(l.pauseUntil) {
-		l.pauseUntil = until
+	l.pauseUntil = maxTime(l.pauseUntil, until)
+	l.toldAt = now
+	ep := l.endpoint()
+	own, wide := false, false
+	for tenant, a := range h.told {
+		switch {
+		case now.Sub(a.at) >= hostPauseWindow:
+			delete(h.told, tenant)
+		case tenant == l.tenant:
+			own = a.endpoint != ep
+		default:
+			wide = true
+		}
 	}
-	told := ask{endpoint: l.endpoint(), tenant: l.tenant, at: now}
-	prev := h.asked
-	hostWide := prev.endpoint != "" && prev.endpoint != told.endpoint && prev.tenant != told.tenant &&
-		now.Sub(prev.at) < hostPauseWindow &&
-		!(h.served.at.After(prev.at) && h.served.endpoint != prev.endpoint && h.served.endpoint != told.endpoint)
-	if hostWide && until.After(h.pauseUntil) {
-		h.pauseUntil = until
+	if h.told == nil {
+		h.told = map[string]ask{}
 	}
-	h.asked = told
+	h.told[l.tenant] = ask{endpoint: ep, at: now}
+	if own && !h.serving(l.tenant, now) {
+		for _, o := range h.lanes {
+			if o.tenant == l.tenant {
+				o.pauseUntil = maxTime(o.pauseUntil, until)
+			}
+		}
+	}
+	if wide && !h.serving("", now) {
+		h.pauseUntil = maxTime(h.pauseUntil, until)
+	}
 }
 
-// serve notes an endpoint's delivered attempt, started at: evidence
-// against a host-wide pause asked of others after it began.
-func (h *host) serve(l *lane, at time.Time) {
-	if at.After(h.served.at) {
-		h.served = ask{endpoint: l.endpoint(), tenant: l.tenant, at: at}
+// serving: an endpoint of the host (of tenant, unless "") had a 2xx within
+// hostPauseWindow, after its last Retry-After.
+func (h *host) serving(tenant string, now time.Time) bool {
+	for _, o := range h.lanes {
+		if (tenant == "" || o.tenant == tenant) && o.servedAt.After(o.toldAt) && now.Sub(o.servedAt) < hostPauseWindow {
+			return true
+		}
 	}
+	return false
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // mostEndpointsFailing is the host's second kind of evidence, for a

@@ -426,9 +426,10 @@ func TestSimFailingPathsBesideAServedOneKeepTheHostOpen(t *testing.T) {
 // beside429 runs two paths of gateway answering 429 with a Retry-After of
 // ten minutes, the first of tenant acme, the second of second, and a third
 // path of the default tenant that gets an event a second for a minute:
-// from before the two are told when busy, else from after. It returns the
-// third path's lags, whether it ended paused, and the two paths' attempts.
-func beside429(t *testing.T, second string, busy bool) (lags []time.Duration, paused bool, tries int) {
+// from before the two are told when busy, else from after. The two get an
+// event each, gap apart. It returns the third path's lags, whether it
+// ended paused, and the two paths' attempts.
+func beside429(t *testing.T, second string, busy bool, gap time.Duration) (lags []time.Duration, paused bool, tries int) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
 		s.tenant("acme")
@@ -452,7 +453,7 @@ func beside429(t *testing.T, second string, busy bool) (lags []time.Duration, pa
 		}
 		for i, tenant := range []string{"acme", second} {
 			s.postAs(tenant, fmt.Sprintf("sim.told%d", i), "")
-			time.Sleep(time.Second)
+			time.Sleep(gap)
 		}
 		for deadline := time.Now().Add(time.Minute); len(attemptsOf(told)) < 2; {
 			if time.Now().After(deadline) {
@@ -475,20 +476,24 @@ func beside429(t *testing.T, second string, busy bool) (lags []time.Duration, pa
 
 // One tenant's paths told to wait is that tenant's quota, and paths of two
 // tenants told while a third is being served show the server still takes
-// work: neither holds the third path back. Two tenants' paths told while
-// no other is served is a host-wide limit, and the host waits.
+// work: neither holds the third path back, however close together the two
+// are told. Two tenants' paths told while no other is served is a
+// host-wide limit, and the host waits.
 func TestSimRetryAfterPausesTheHostOnlyOnHostWideEvidence(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		second     string
 		busy, held bool
+		gap        time.Duration
 	}{
-		{"one tenant's quota", "acme", false, false},
-		{"two tenants beside a served path", "beta", true, false},
-		{"two tenants, nothing served", "beta", false, true},
+		{"one tenant's quota", "acme", false, false, time.Second},
+		{"two tenants beside a served path", "beta", true, false, time.Second},
+		{"two tenants at once beside a served path", "beta", true, false, 0},
+		{"two tenants 100ms apart beside a served path", "beta", true, false, 100 * time.Millisecond},
+		{"two tenants, nothing served", "beta", false, true, time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lags, paused, tries := beside429(t, c.second, c.busy)
+			lags, paused, tries := beside429(t, c.second, c.busy, c.gap)
 			t.Logf("third path: %d deliveries, lag p50 %s, max %s, paused %v; told paths %d attempts",
 				len(lags), pct(lags, 0.5), pct(lags, 1), paused, tries)
 			if tries != 2 {
@@ -502,6 +507,56 @@ func TestSimRetryAfterPausesTheHostOnlyOnHostWideEvidence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A host that limits by the caller, not the account: every request of
+// every path of one tenant answers 429 with Retry-After: 60 for three
+// minutes, then 200. The tenant's paths wait together, as the host asks:
+// after the first minute, at most what the host's cap lets start at once
+// when a pause ends, not one 429 per path per minute.
+func TestSimOneTenantsPathsAllToldWaitTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		upAt := time.Now().Add(3 * time.Minute)
+		limited := func(now time.Time, _ int, _ string) reply {
+			if now.Before(upAt) {
+				return reply{status: 429, retryAfter: time.Minute, latency: 5 * time.Millisecond}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		}
+		var eps []*endpoint
+		var subsOf []core.Subscription
+		for i := range 50 {
+			ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), limited)
+			eps, subsOf = append(eps, ep), append(subsOf, sub)
+		}
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, time.Second, 4*time.Minute)
+		wg.Wait()
+		time.Sleep(2 * time.Minute)
+		all := attemptsOf(eps)
+		s.stop()
+		told, late, delivered := 0, 0, 0
+		for _, a := range all {
+			switch {
+			case a.class == send.Delivered:
+				delivered++
+			case a.start.Sub(upAt.Add(-3*time.Minute)) >= time.Minute:
+				late++
+				told++
+			default:
+				told++
+			}
+		}
+		t.Logf("%d attempts told to wait (%d after the first minute), %d delivered", told, late, delivered)
+		if delivered != 50*240 {
+			t.Errorf("%d of %d events delivered", delivered, 50*240)
+		}
+		if late > 3*(core.DefaultHostConcurrency+1) {
+			t.Errorf("after the first minute the host was asked %d times while it kept answering 429; want the tenant's paths to wait together", late)
+		}
+	})
 }
 
 // A host with more busy paths than slots (20 on a cap of 10), and one path
