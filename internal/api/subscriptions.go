@@ -407,8 +407,15 @@ func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request, p prin
 		return err
 	}
 	payload := []byte(req.Payload)
+	chosen := len(payload) > 0 && string(payload) != "null"
+	if chosen && p.portal && sub.SvixHeaders {
+		// A Svix-format body is the payload itself, signed: nothing would
+		// tell this test from a real message of the platform's.
+		return &apiError{Status: http.StatusForbidden, Code: "forbidden", Field: "payload",
+			Message: "payload: a portal session cannot choose what a Svix-format endpoint is sent, whose body is the payload itself with nothing to mark it a test; send the test without one"}
+	}
 	switch {
-	case len(payload) == 0 || string(payload) == "null":
+	case !chosen:
 		payload, _ = json.Marshal(map[string]any{"test": true, "subscription_id": sub.ID})
 	case len(payload) > core.MaxPayloadBytes:
 		return errTooLarge

@@ -164,6 +164,21 @@ func TestPortalLinkAPI(t *testing.T) {
 	if st, _ := e.admin.Do("GET", "/api/v1/event-type/acme.new", nil); st != http.StatusNotFound {
 		t.Errorf("the portal's event type exists: %d", st)
 	}
+	// A test of a Svix-format endpoint sends the payload as the body, signed:
+	// a session may send hookd's test payload, not choose one (it would be
+	// a forged message nothing marks as a test).
+	svixRC := testenv.NewReceiver(t)
+	ep := e.admin.Must(http.StatusCreated, "POST", "/api/v1/app/acme/endpoint", map[string]any{"url": svixRC.URL})
+	svixSub := "sub_" + strings.TrimPrefix(ep["id"].(string), "ep_")
+	forged := map[string]any{"payload": map[string]any{"type": "invoice.paid", "data": map[string]any{"amount": 1000000}}}
+	if st, out := portal.Do("POST", "/v1/subscriptions/"+svixSub+"/test", forged); st != http.StatusForbidden || errField(out) != "payload" {
+		t.Errorf("portal test of a Svix endpoint with a payload: %d %v, want 403 naming payload", st, out)
+	}
+	portal.Must(http.StatusAccepted, "POST", "/v1/subscriptions/"+svixSub+"/test", nil)
+	testenv.Eventually(t, 10*time.Second, "the test delivery", func() bool { return svixRC.Count() >= 1 })
+	if got := svixRC.Requests(); len(got) != 1 || !strings.Contains(string(got[0].Body), `"test":true`) {
+		t.Errorf("the Svix endpoint got %d requests, the first %q; want hookd's one test payload", len(got), got[0].Body)
+	}
 
 	// Once only; unknown and expired links fail alike.
 	for name, token := range map[string]string{
