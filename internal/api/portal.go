@@ -216,7 +216,7 @@ func (s *Server) svixPortalAccess(w http.ResponseWriter, r *http.Request, p prin
 		Caps     json.RawMessage `json:"capabilities"`
 	}
 	if r.ContentLength != 0 {
-		if err := decodeJSON(w, r, &in, false); err != nil {
+		if err := svixDecode(w, r, &in); err != nil {
 			return err
 		}
 	}

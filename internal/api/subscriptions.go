@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -32,7 +33,23 @@ type subscriptionFields struct {
 	RateLimit        *float64  `json:"rate_limit"`
 	RetryStatusCodes *[]int    `json:"retry_status_codes"`
 	// Headers replaces the endpoint's headers as a whole; {} clears them.
-	Headers *map[string]string `json:"headers"`
+	Headers *headerValues `json:"headers"`
+}
+
+// headerValues are a request's endpoint headers as sent: a null value is
+// told apart from "" and refused (it was stored, then sent empty).
+type headerValues map[string]*string
+
+// plain is h with every value a string, or an error naming the first null.
+func (h headerValues) plain(bad func(field, msg string) *apiError) (map[string]string, error) {
+	out := make(map[string]string, len(h))
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if h[name] == nil {
+			return nil, bad("headers", "must be a string at /headers/"+name+", not null")
+		}
+		out[name] = *h[name]
+	}
+	return out, nil
 }
 
 type createSubscriptionRequest struct {
@@ -166,7 +183,11 @@ func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
 		next.RetryStatusCodes = *f.RetryStatusCodes
 	}
 	if f.Headers != nil {
-		h, err := core.ValidateHeaders("headers", *f.Headers)
+		plain, err := f.Headers.plain(errBadRequest)
+		if err != nil {
+			return err
+		}
+		h, err := core.ValidateHeaders("headers", plain)
 		if err != nil {
 			return err
 		}

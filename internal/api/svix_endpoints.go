@@ -58,7 +58,7 @@ type svixEndpointIn struct {
 	Disabled    *bool              `json:"disabled"`
 	FilterTypes jsontext.Value     `json:"filterTypes"`
 	Channels    jsontext.Value     `json:"channels"`
-	Headers     *map[string]string `json:"headers"`
+	Headers     *headerValues      `json:"headers"`
 	Metadata    *map[string]string `json:"metadata"`
 	RateLimit   jsontext.Value     `json:"rateLimit"`
 	Secret      jsontext.Value     `json:"secret"`
@@ -141,7 +141,12 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 		r := float64(rate)
 		f.RateLimit = &r
 	}
-	f.Headers = in.Headers
+	if in.Headers != nil {
+		if _, err := in.Headers.plain(errInvalid); err != nil {
+			return err // Svix's 422, before the shared check's 400
+		}
+		f.Headers = in.Headers
+	}
 	next := *sub
 	if err := s.apply(f, &next); err != nil {
 		// Shared validation names event_types, shown as filterTypes unless
@@ -387,30 +392,44 @@ func (s *Server) svixPatchHeaders(w http.ResponseWriter, r *http.Request, p prin
 }
 
 // svixSetHeaders replaces (PUT) or adds to (PATCH) the endpoint's
-// headers, validated as /v1's headers are.
+// headers, validated as /v1's headers are. headers is required, as on
+// Svix's server (a PUT without it would clear every header); a PATCH's
+// null value removes that header, a PUT's is refused.
 func (s *Server) svixSetHeaders(w http.ResponseWriter, r *http.Request, p principal, merge bool) error {
 	var in struct {
-		Headers map[string]string `json:"headers"`
+		Headers *headerValues `json:"headers"`
 	}
 	if err := svixDecode(w, r, &in); err != nil {
 		return err
+	}
+	if in.Headers == nil {
+		return errInvalid("headers", "is required")
+	}
+	if !merge {
+		if _, err := in.Headers.plain(errInvalid); err != nil {
+			return err
+		}
 	}
 	cur, err := s.svixAppEndpoint(r, p)
 	if err != nil {
 		return err
 	}
 	_, err = s.Subs.Update(r.Context(), cur.TenantID, cur.ID, func(sub *core.Subscription) error {
-		h := map[string]string{}
+		h := headerValues{}
 		if merge {
-			maps.Copy(h, sub.Headers)
+			for name, v := range sub.Headers {
+				h[name] = &v
+			}
 		}
-		for name, v := range in.Headers {
+		for name, v := range *in.Headers {
 			for old := range h { // the same name in another case replaces it
 				if strings.EqualFold(old, name) {
 					delete(h, old)
 				}
 			}
-			h[name] = v
+			if v != nil {
+				h[name] = v
+			}
 		}
 		return s.apply(subscriptionFields{Headers: &h}, sub)
 	})

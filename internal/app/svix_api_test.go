@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -728,5 +729,61 @@ func TestSvixHeadersOnlyForSvixEndpointsAndV1Unchanged(t *testing.T) {
 	}
 	if n := len(acme.Must(http.StatusOK, "GET", "/v1/subscriptions", nil)["data"].([]any)); n != 2 {
 		t.Errorf("acme holds %d subscriptions, want the two", n)
+	}
+}
+
+// PUT …/headers sets them all and requires headers (a PUT without it would
+// clear every credential); PATCH adds, and its null removes one, as on
+// Svix's server. A null value anywhere else is refused, not sent empty.
+func TestSvixEndpointHeadersPutPatchAndNull(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Acme", "uid": "acme"})
+	ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL})["id"].(string)
+	path := "/api/v1/app/acme/endpoint/" + ep + "/headers"
+	names := func() []string {
+		h := a.Must(http.StatusOK, "GET", path, nil)["headers"].(map[string]any)
+		return slices.Sorted(maps.Keys(h))
+	}
+	a.Must(http.StatusNoContent, "PUT", path, `{"headers":{"X-Token":"secret1","X-Keep":"k"}}`)
+	for _, c := range []struct{ method, body, loc string }{
+		{"PUT", `{"header":{"X-Token":"typo"}}`, "body.headers"},
+		{"PUT", `{}`, "body.headers"},
+		{"PUT", `{"headers":null}`, "body.headers"},
+		{"PUT", `{"headers":{"X-Token":null}}`, "body.headers"},
+		{"PATCH", `{"header":{"X-Token":null}}`, "body.headers"},
+	} {
+		if st, out := a.Do(c.method, path, c.body); st != 422 || svixLoc(out) != c.loc {
+			t.Errorf("%s %s: %d %v, want 422 at %s", c.method, c.body, st, out, c.loc)
+		}
+	}
+	if got := names(); !slices.Equal(got, []string{"X-Keep", "X-Token"}) {
+		t.Fatalf("after refused calls the endpoint has headers %v, want X-Keep and X-Token", got)
+	}
+	a.Must(http.StatusNoContent, "PATCH", path, `{"headers":{"x-token":null,"X-New":"n"}}`)
+	if got := names(); !slices.Equal(got, []string{"X-Keep", "X-New"}) {
+		t.Fatalf("after PATCH removing x-token: headers %v, want X-Keep and X-New", got)
+	}
+	a.Must(http.StatusAccepted, "POST", "/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}})
+	testenv.Eventually(t, 10*time.Second, "the delivery", func() bool { return rc.Count() == 1 })
+	if h := rc.Requests()[0].Header; h.Get("X-Keep") != "k" || h.Get("X-New") != "n" || h.Values("X-Token") != nil {
+		t.Errorf("the delivery carried X-Keep %q, X-New %q, X-Token %q; want k, n and none", h.Get("X-Keep"), h.Get("X-New"), h.Values("X-Token"))
+	}
+	// Creating with a null value: Svix's 422, /v1's 400; nothing made.
+	if st, out := a.Do("POST", "/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "headers": map[string]any{"Authorization": nil}}); st != 422 || svixLoc(out) != "body.headers" {
+		t.Errorf("a Svix endpoint with a null header: %d %v, want 422 at body.headers", st, out)
+	}
+	if st, out := a.Do("POST", "/v1/subscriptions", map[string]any{"url": rc.URL, "event_types": []string{"*"}, "tenant_id": "acme",
+		"headers": map[string]any{"Authorization": nil}}); st != http.StatusBadRequest || errField(out) != "headers" {
+		t.Errorf("a /v1 subscription with a null header: %d %v, want 400 naming headers", st, out)
+	}
+	if n := len(a.Must(http.StatusOK, "GET", "/v1/subscriptions?tenant_id=acme", nil)["data"].([]any)); n != 1 {
+		t.Errorf("acme holds %d subscriptions, want the one endpoint", n)
+	}
+	// The portal link's expiry of the wrong type is Svix's 422 too.
+	if st, out := a.Do("POST", "/api/v1/auth/app-portal-access/acme", `{"expiry":"3600"}`); st != 422 || svixLoc(out) != "body.expiry" {
+		t.Errorf("expiry \"3600\": %d %v, want 422 at body.expiry", st, out)
 	}
 }
