@@ -83,7 +83,13 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
-	page, err := s.Store.TenantList(r.Context(), store.TenantListParams{Cursor: q.Get("cursor"), Limit: limit})
+	// The cursor is the last tenant's ID: anything no tenant could have is
+	// not one this list gave.
+	c := q.Get("cursor")
+	if c != "" && !tenantIDRe.MatchString(c) && !isIDOf(c, "ten") {
+		return errBadRequest("cursor", "is not a next_cursor this list gave")
+	}
+	page, err := s.Store.TenantList(r.Context(), store.TenantListParams{Cursor: c, Limit: limit})
 	if err != nil {
 		return err
 	}

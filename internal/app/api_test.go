@@ -173,6 +173,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"deliveries garbage cursor", "GET", "/v1/subscriptions/" + sub + "/deliveries?cursor=garbage", nil, 400, "cursor"},
 		{"deliveries cursor of another list", "GET", "/v1/subscriptions/" + sub + "/deliveries?cursor=" + sub, nil, 400, "cursor"},
 		{"subscriptions garbage cursor", "GET", "/v1/subscriptions?cursor=garbage", nil, 400, "cursor"},
+		{"tenants cursor no tenant could have", "GET", "/v1/tenants?cursor=Not%20A%20Tenant", nil, 400, "cursor"},
 		{"failing garbage cursor", "GET", "/v1/failing?cursor=sub_", nil, 400, "cursor"},
 		{"audit garbage cursor", "GET", "/v1/audit?cursor=%20", nil, 400, "cursor"},
 		{"keys garbage cursor", "GET", "/v1/tenants/default/keys?cursor=garbage", nil, 400, "cursor"},
