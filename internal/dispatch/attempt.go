@@ -89,6 +89,10 @@ func (d *Dispatcher) startLocked(h *host, l *lane, sub *core.Subscription, now t
 	a := attemptArgs{h: h, l: l, sub: sub, j: j, hostProbe: h.breaker.started(), laneProbe: l.breaker.started()}
 	h.inflight++
 	l.inflight++
+	if d.sent[l.subID] == nil {
+		d.sent[l.subID] = map[string]*lane{}
+	}
+	d.sent[l.subID][j.Delivery.ID] = l
 	d.work.Add(1)
 	select {
 	case d.idle <- a:
@@ -299,6 +303,7 @@ func (d *Dispatcher) written(batch []result, began time.Time) {
 		if r.disable != "" {
 			disable = append(disable, r)
 		}
+		d.settledLocked(r)
 		h := d.hosts[r.host]
 		if h == nil {
 			continue
@@ -333,6 +338,20 @@ func (d *Dispatcher) written(batch []result, began time.Time) {
 	d.mu.Unlock()
 	for _, r := range disable {
 		d.disableAsync(r.SubscriptionID, r.disable)
+	}
+}
+
+// settledLocked forgets a recorded delivery among those sent. (A retry of
+// one whose subscription moved host meanwhile reaches the new host's lane
+// through the old one: its refill at the retry time finds the move.)
+func (d *Dispatcher) settledLocked(r result) {
+	id := r.Attempt.DeliveryID
+	if _, ok := d.sent[r.SubscriptionID][id]; !ok {
+		return
+	}
+	delete(d.sent[r.SubscriptionID], id)
+	if len(d.sent[r.SubscriptionID]) == 0 {
+		delete(d.sent, r.SubscriptionID)
 	}
 }
 

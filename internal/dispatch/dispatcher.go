@@ -113,9 +113,13 @@ type Dispatcher struct {
 	freshBytes int64  // held in every lane's fresh queue, see jobSize
 	hosts      map[string]*host
 	health     map[string]*subHealth // by subscription ID
-	wakes      wakeHeap
-	stopping   bool
-	expiring   bool // an expireHeld pass is running
+	// sent holds, by subscription, the deliveries sent and not yet
+	// recorded, with the lane that sent them: after a move to another host
+	// the new lane must not send them again (see refill).
+	sent     map[string]map[string]*lane
+	wakes    wakeHeap
+	stopping bool
+	expiring bool // an expireHeld pass is running
 	// refillsAfter holds every lane's refills back after one found the
 	// store down: a failed ingest's Release makes its lane due at once, and
 	// each read the dead store in turn. refillHold is the hold, doubling
@@ -185,6 +189,7 @@ func New(cfg Config) *Dispatcher {
 		cfg:       cfg,
 		hosts:     map[string]*host{},
 		health:    map[string]*subHealth{},
+		sent:      map[string]map[string]*lane{},
 		kick:      make(chan struct{}, 1),
 		resyncNow: make(chan struct{}, 1),
 		rebalance: make(chan struct{}, 1),

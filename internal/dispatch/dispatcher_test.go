@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -465,6 +466,84 @@ func TestMovedSubscriptionIsSentOnceFromItsNewHost(t *testing.T) {
 	})
 	if n := fromOld.Load(); n != 0 {
 		t.Errorf("%d sends from the old host's lane", n)
+	}
+}
+
+// A subscription moved to another host while its deliveries were in
+// flight to the old one: the new host's lane leaves them alone until their
+// results are written. Delivered there, they are sent nowhere else; told
+// to retry, the new host sends each once, at its retry time.
+func TestMovedSubscriptionLeavesWhatIsInFlightToItsResult(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{200, 500} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			b := setup(t)
+			sub := b.subscription(t, "left.example:80")
+			ids := b.pending(t, sub, 3)
+			cs := &refillCounter{Store: b.store}
+			release := make(chan struct{})
+			var inflight, toOld, toNew sync.Map // delivery ID → *atomic.Int64
+			count := func(m *sync.Map, id string) *atomic.Int64 {
+				n, _ := m.LoadOrStore(id, new(atomic.Int64))
+				return n.(*atomic.Int64)
+			}
+			d := b.run(t, Config{Store: cs, Resync: time.Hour,
+				Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+					if s.Host != "left.example:80" {
+						count(&toNew, j.Delivery.ID).Add(1)
+						return send.Outcome{Class: send.Delivered, StatusCode: 200}
+					}
+					count(&toOld, j.Delivery.ID).Add(1)
+					count(&inflight, "all").Add(1)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return send.Outcome{Class: send.Retry, Err: "stopped"}
+					}
+					if status == 200 {
+						return send.Outcome{Class: send.Delivered, StatusCode: 200}
+					}
+					return send.Outcome{Class: send.Retry, StatusCode: 500}
+				})})
+			d.Wake(sub.Host, sub.ID)
+			testenv.Eventually(t, 5*time.Second, "three in flight to the old host", func() bool { return count(&inflight, "all").Load() == 3 })
+
+			moved := sub
+			moved.URL, moved.Host, moved.UpdatedAt = "http://right.example:80/", "right.example:80", time.Now().UTC()
+			if err := b.store.SubscriptionUpdate(context.Background(), moved); err != nil {
+				t.Fatal(err)
+			}
+			b.subs.Put(moved)
+			before := cs.due.Load()
+			d.Wake(moved.Host, moved.ID)
+			testenv.Eventually(t, 5*time.Second, "the new lane refilled", func() bool {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				h := d.hosts[moved.Host]
+				// Gone again if it found nothing to do.
+				return cs.due.Load() > before && (h == nil || h.lanes[moved.ID] == nil || !h.lanes[moved.ID].refilling)
+			})
+			for _, id := range ids {
+				if n := count(&toNew, id).Load(); n != 0 {
+					t.Errorf("%s sent to the new host %d times while in flight to the old one", id, n)
+				}
+			}
+			close(release)
+			for _, id := range ids {
+				testenv.Eventually(t, 10*time.Second, id+" delivered", func() bool {
+					return b.state(t, id).State == core.DeliveryDelivered
+				})
+			}
+			want := int64(0) // delivered at the old host
+			if status != 200 {
+				want = 1 // its retry, once, at the new host
+			}
+			for _, id := range ids {
+				if o, n := count(&toOld, id).Load(), count(&toNew, id).Load(); o != 1 || n != want {
+					t.Errorf("%s sent %d times to the old host and %d to the new, want 1 and %d", id, o, n, want)
+				}
+			}
+		})
 	}
 }
 

@@ -20,6 +20,13 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	for id := range l.known {
 		exclude = append(exclude, id)
 	}
+	// Sent from the lane of the host it left, not yet recorded: it is
+	// pending in the store, and fetching it here would send it twice.
+	for id, from := range d.sent[l.subID] {
+		if from != l && from.known[id] {
+			exclude = append(exclude, id)
+		}
+	}
 	limit := d.cfg.Window - len(l.backlog)
 	d.mu.Unlock()
 
