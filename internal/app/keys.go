@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"hookd/internal/seal"
+	"hookd/internal/store/sqlite"
 )
 
 // SecretKeys finds the keyring subscriptions' secrets and headers are
@@ -39,6 +42,20 @@ func SecretKeys(db, keyFile, envKeys string, log *slog.Logger) (*seal.Keyring, e
 	}
 	path := db + ".key"
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		// A database whose secrets are sealed already lost its key file: a
+		// new key would not open them, and left beside it would be taken
+		// for the right one at every later start.
+		if fi, err := os.Stat(db); err == nil && fi.Size() > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			id, err := sqlite.SealedUnder(ctx, db)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", db, err)
+			}
+			if id != "" {
+				return nil, fmt.Errorf("secret key file %s is missing, and %s holds secrets sealed under key %s: restore the key file backed up with the database, or name it with --secret-key-file (a new key cannot open them)", path, db, id)
+			}
+		}
 		if err := writeKeyFile(path, db); err != nil {
 			return nil, err
 		}

@@ -1,14 +1,19 @@
 package app
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"hookd/internal/core"
 	"hookd/internal/seal"
+	"hookd/internal/store/sqlite"
 )
 
 func TestSecretKeys(t *testing.T) {
@@ -78,5 +83,43 @@ func TestSecretKeysGeneratesAKeyFileForSQLite(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "can be read by other users") {
 		t.Errorf("no warning for a key file mode 0644:\n%s", log.String())
+	}
+}
+
+// A database whose secrets are sealed, its key file gone (moved without
+// it, or deleted): no new key is made beside it, which would open nothing
+// and pass for the right one at every later start; the error says to
+// restore it. With no sealed secret yet, a new key is fine.
+func TestSecretKeysRefusesANewKeyForASealedDatabase(t *testing.T) {
+	t.Parallel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db := filepath.Join(t.TempDir(), "hookd.db")
+	keys, err := SecretKeys(db, "", "", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(t.Context(), db, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(db + ".key")
+	// Subscriptions' table, none in it: a new key may be made.
+	if _, err := SecretKeys(db, "", "", quiet); err != nil {
+		t.Fatalf("a database with no sealed secret: %v, want a new key file", err)
+	}
+	os.Remove(db + ".key")
+	now := time.Now().UTC()
+	sub := core.Subscription{ID: core.NewID("sub"), TenantID: core.DefaultTenant, URL: "https://example.com/h", Host: "example.com:443",
+		EventTypes: []string{"*"}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", State: core.SubActive, CreatedAt: now, UpdatedAt: now}
+	if err := st.SubscriptionCreate(t.Context(), sub); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	_, err = SecretKeys(db, "", "", quiet)
+	if err == nil || !strings.Contains(err.Error(), "restore") || !strings.Contains(err.Error(), keys.IDs()[0]) {
+		t.Fatalf("a sealed database without its key file: %v, want an error naming key %s and saying to restore it", err, keys.IDs()[0])
+	}
+	if _, err := os.Stat(db + ".key"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a key file was made beside the sealed database (stat: %v)", err)
 	}
 }

@@ -113,6 +113,34 @@ func openWriter(ctx context.Context, path string) (*sql.DB, error) {
 	return db, nil
 }
 
+// SealedUnder names the key the first sealed secret of the database at path
+// names, "" if it holds none (or no subscriptions yet): whether its missing
+// key file may be made anew, or must be restored. The file must exist; it
+// is only read.
+func SealedUnder(ctx context.Context, path string) (string, error) {
+	d, err := dsn(path, true)
+	if err != nil {
+		return "", err
+	}
+	db, err := sql.Open("sqlite", d)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'subscriptions'`).Scan(&tables); err != nil || tables == 0 {
+		return "", err
+	}
+	var v string
+	err = db.QueryRowContext(ctx, `SELECT secret FROM subscriptions WHERE substr(secret, 1, ?1) = ?2 LIMIT 1`,
+		len(seal.Prefix), seal.Prefix).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(v, seal.Prefix), ":")
+	return id, err
+}
+
 // Open opens (creating if needed) the database file at path and brings its
 // schema up to date. Subscriptions' secrets and headers are sealed and
 // opened with keys; plaintext a release before sealing left is sealed here
