@@ -63,7 +63,7 @@ type svixEndpointIn struct {
 	RateLimit   jsontext.Value     `json:"rateLimit"`
 	Secret      jsontext.Value     `json:"secret"`
 	UID         jsontext.Value     `json:"uid"`
-	Version     jsontext.Value     `json:"version"` // taken, not kept: hookd has one version
+	Version     *int               `json:"version"` // taken, not kept: hookd has one version
 	// Svix's newer names for filterTypes and rateLimit (npm svix 2.x
 	// sends only these); either name is taken, see aliases.
 	EventTypes   jsontext.Value `json:"eventTypes"`

@@ -57,7 +57,10 @@ type svixMessageIn struct {
 	// DeliverAt (a scheduled message) is refused: taken silently, the
 	// message would go out at once.
 	DeliverAt jsontext.Value `json:"deliverAt"`
-	// tags and payloadRetention*: taken, not kept (docs/svix.md).
+	// Taken, not kept (docs/svix.md), but of their type, as Svix checks.
+	Tags                   *[]string `json:"tags"`
+	PayloadRetentionPeriod *int64    `json:"payloadRetentionPeriod"`
+	PayloadRetentionHours  *int64    `json:"payloadRetentionHours"`
 }
 
 // svixCreateMessage posts an event. eventId, or else the idempotency-key
