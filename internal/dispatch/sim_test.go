@@ -960,7 +960,9 @@ func TestSimReenabledSubscriptionSendsNothingItsDisableSkipped(t *testing.T) {
 		if _, err := svc.Disable(context.Background(), sub.ID, "disabled by request"); err != nil {
 			t.Fatal(err)
 		}
-		before := len(ep.snapshot())
+		// Counted by start: attempts in flight when the circuit opened end
+		// after this instant, and were sent before the disable.
+		reenabled := time.Now()
 		if _, err := svc.Update(context.Background(), "", sub.ID, func(s *core.Subscription) error {
 			s.State, s.DisabledReason = core.SubActive, ""
 			return nil
@@ -969,7 +971,13 @@ func TestSimReenabledSubscriptionSendsNothingItsDisableSkipped(t *testing.T) {
 		}
 		time.Sleep(10 * time.Minute) // past every probe the open circuit would make
 		synctest.Wait()
-		if sent := len(ep.snapshot()) - before; sent != 0 {
+		sent := 0
+		for _, a := range ep.snapshot() {
+			if !a.start.Before(reenabled) {
+				sent++
+			}
+		}
+		if sent != 0 {
 			t.Errorf("%d attempts after the re-enable, want none: the disable skipped every delivery", sent)
 		}
 		if st := s.states(sub); st[core.DeliverySkipped] != n {
