@@ -367,7 +367,8 @@ func svixPage[T, J any](w http.ResponseWriter, page store.Page[T], limit int, to
 // at ["body", field], not /v1's 400. A body too large stays a 413.
 func svixDecode(w http.ResponseWriter, r *http.Request, v any) error {
 	err := decodeJSON(w, r, v, false)
-	if ae, ok := err.(*apiError); ok && ae.Status == http.StatusBadRequest {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 		out := *ae
 		out.Status, out.Code = http.StatusUnprocessableEntity, "invalid"
 		return &out

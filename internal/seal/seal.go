@@ -144,11 +144,7 @@ func (k *Keyring) Seal(plain, context string) string {
 // ErrUnknownKey (naming the key ID) if its key is not configured,
 // ErrCorrupt if it does not open.
 func (k *Keyring) Open(sealed, context string) (string, error) {
-	rest, ok := strings.CutPrefix(sealed, Prefix)
-	if !ok {
-		return "", ErrNotSealed
-	}
-	id, payload, ok := strings.Cut(rest, ":")
+	id, payload, ok := parts(sealed)
 	if !ok {
 		return "", ErrNotSealed
 	}
@@ -178,3 +174,19 @@ func (k *Keyring) Current(v string) bool { return strings.HasPrefix(v, k.SealPre
 
 // IsSealed reports whether v is in sealed form (under any key).
 func IsSealed(v string) bool { return strings.HasPrefix(v, Prefix) }
+
+// KeyOf names the key a sealed value was sealed under; false if v is not
+// in sealed form.
+func KeyOf(v string) (string, bool) {
+	id, _, ok := parts(v)
+	return id, ok
+}
+
+// parts splits a sealed value into its key ID and payload.
+func parts(v string) (id, payload string, ok bool) {
+	rest, ok := strings.CutPrefix(v, Prefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, ":")
+}

@@ -29,6 +29,12 @@ func TestSealOpensUnderAnyKeyOfTheRing(t *testing.T) {
 		t.Fatalf("ring [b, a] opening a value under a: %q, %v", got, err)
 	}
 	underB := ring.Seal("whsec_abc", "subscriptions/sub_1/secret")
+	if id, ok := KeyOf(underA); !ok || id != old.IDs()[0] {
+		t.Errorf("KeyOf a value sealed under a: %q, %v; want %s", id, ok, old.IDs()[0])
+	}
+	if id, ok := KeyOf("whsec_abc"); ok {
+		t.Errorf("KeyOf plaintext: %q, want none", id)
+	}
 	if !ring.Current(underB) || ring.Current(underA) {
 		t.Fatalf("Current: under b %v (want true), under a %v (want false)", ring.Current(underB), ring.Current(underA))
 	}

@@ -137,7 +137,7 @@ func SealedUnder(ctx context.Context, path string) (string, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(v, seal.Prefix), ":")
+	id, _ := seal.KeyOf(v)
 	return id, err
 }
 
