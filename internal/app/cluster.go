@@ -144,7 +144,7 @@ func (c *cluster) reloadLoop(ctx context.Context) {
 // due work before the registry knew them.
 func (c *cluster) reloadOnce(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := c.subs.Reload(rctx)
+	changed, err := c.subs.Reload(rctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -152,10 +152,10 @@ func (c *cluster) reloadOnce(ctx context.Context) {
 		}
 		return
 	}
-	// Disabled, paused or deleted on another node: nothing this node
-	// queued for them may go out (should one be active again by the time
-	// its lane is picked, its skipped deliveries would be sent).
-	c.dispatch.DropInactive()
+	// Changed on another node: nothing this node queued for them may go
+	// out unread (a disable's skipped deliveries would be sent should the
+	// subscription be active again by the time its lane is picked).
+	c.dispatch.Reloaded(changed)
 	c.mu.Lock()
 	waiting := c.waiting
 	c.waiting = map[string]bool{}

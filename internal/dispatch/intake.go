@@ -135,20 +135,38 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	d.pumpLocked(h, now)
 }
 
-// DropInactive forgets the queued work of every subscription no longer
-// active, as Wake does for one: a node that hears of changes made on
-// another calls it after reloading its registry.
-func (d *Dispatcher) DropInactive() {
+// Reloaded is told, after a reload of the registry, which subscriptions
+// another node changed or removed. What their lanes queued goes: a
+// subscription no longer active must send none of it (its pending
+// deliveries were written skipped, or it is paused), and one active again
+// may have been disabled and re-enabled in between, its skipped
+// deliveries still in the queue. An active one refills from the store,
+// which holds only what is still pending.
+func (d *Dispatcher) Reloaded(changed map[string]bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now := time.Now()
+	var woken []*host
 	for _, h := range d.hosts {
+		wake := false
 		for id, l := range h.lanes {
-			if l.queued() == 0 {
+			sub, ok := d.cfg.Subs.Get(id)
+			active := ok && sub.State == core.SubActive
+			if l.queued() == 0 || active && !changed[id] {
 				continue
 			}
-			if sub, ok := d.cfg.Subs.Get(id); !ok || sub.State != core.SubActive {
-				d.dropLocked(l)
+			d.dropLocked(l)
+			if active {
+				l.due(now)
+				l.wokeAt = now
+				wake = true
 			}
 		}
+		if wake {
+			woken = append(woken, h)
+		}
+	}
+	for _, h := range woken {
+		d.pumpLocked(h, now)
 	}
 }

@@ -107,11 +107,14 @@ func (r *Registry) Version() uint64 {
 // change or go. A subscription Put or Removed here after since keeps its
 // local state: the store wrote it before the registry heard, so it is at
 // least as new as the snapshot. Only tenants with a change are reindexed.
-// Calls must not overlap (one goroutine reloads).
-func (r *Registry) ReplaceAll(list []core.Subscription, since uint64) {
+// It returns the IDs that changed or went: what another node did to them
+// may not show in their state now (a disable and a re-enable in one
+// reload's time). Calls must not overlap (one goroutine reloads).
+func (r *Registry) ReplaceAll(list []core.Subscription, since uint64) (changed map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	local := func(id string) bool { return r.changed[id] > since }
+	changed = map[string]bool{}
 	dirty := map[string]bool{} // tenants to reindex
 	seen := make(map[string]bool, len(list))
 	for i := range list {
@@ -124,12 +127,14 @@ func (r *Registry) ReplaceAll(list []core.Subscription, since uint64) {
 			c := *s
 			r.byID[s.ID] = &c
 			dirty[s.TenantID] = true
+			changed[s.ID] = true
 		}
 	}
 	for id, s := range r.byID {
 		if !seen[id] && !local(id) {
 			delete(r.byID, id)
 			dirty[s.TenantID] = true
+			changed[id] = true
 		}
 	}
 	for id, v := range r.changed {
@@ -138,7 +143,7 @@ func (r *Registry) ReplaceAll(list []core.Subscription, since uint64) {
 		}
 	}
 	if len(dirty) == 0 {
-		return
+		return changed
 	}
 	members := map[string]map[string]*core.Subscription{}
 	for t := range dirty {
@@ -152,6 +157,7 @@ func (r *Registry) ReplaceAll(list []core.Subscription, since uint64) {
 	for t, m := range members {
 		r.rebuild(t, m)
 	}
+	return changed
 }
 
 // members returns a copy of one tenant's subscriptions by ID.

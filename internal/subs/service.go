@@ -226,17 +226,17 @@ func (v *Service) RotateTo(ctx context.Context, tenantID, id, secret string) (co
 // Reload makes the registry hold the store's live subscriptions, keeping
 // any change made through this service while they were read (its write
 // came first, so it is at least as new). It brings in other nodes' changes
-// on a store they share. Errors are the store's.
-func (v *Service) Reload(ctx context.Context) error {
+// on a store they share, and returns the IDs they changed or removed.
+// Errors are the store's.
+func (v *Service) Reload(ctx context.Context) (changed map[string]bool, err error) {
 	v.reloading.Lock()
 	defer v.reloading.Unlock()
 	since := v.reg.Version()
 	list, err := v.store.SubscriptionListAll(ctx)
 	if err != nil {
-		return fmt.Errorf("listing subscriptions: %w", err)
+		return nil, fmt.Errorf("listing subscriptions: %w", err)
 	}
-	v.reg.ReplaceAll(list, since)
-	return nil
+	return v.reg.ReplaceAll(list, since), nil
 }
 
 // updateAction names a change by what it did to the state: pause, resume

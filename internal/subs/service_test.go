@@ -3,6 +3,7 @@ package subs
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -438,8 +439,15 @@ func TestServiceReload(t *testing.T) {
 	if err := b.st.Store.SubscriptionDelete(t.Context(), "", gone.ID, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.svc.Reload(t.Context()); err != nil {
+	changed, err := b.svc.Reload(t.Context())
+	if err != nil {
 		t.Fatal(err)
+	}
+	if want := map[string]bool{elsewhere.ID: true, gone.ID: true}; !maps.Equal(changed, want) {
+		t.Errorf("reload says %v changed, want %v: the created and the deleted one", changed, want)
+	}
+	if again, err := b.svc.Reload(t.Context()); err != nil || len(again) != 0 {
+		t.Errorf("a second reload with nothing changed says %v changed (err %v)", again, err)
 	}
 	reg := b.svc.Registry()
 	if _, ok := reg.Get(kept.ID); !ok {
