@@ -62,8 +62,13 @@ type lane struct {
 	// awaiting its result write, or reserved: a refill must not fetch it again.
 	known map[string]bool
 	// reserved are known deliveries this node's ingest is committing: its
-	// hand-off (Notify) brings them, however late it comes.
-	reserved map[string]bool
+	// hand-off (Notify) brings them, however late it comes. Each holds the
+	// lane's epoch when it was reserved.
+	reserved map[string]uint64
+	// epoch counts the drops of the lane's queue: a refill or a hand-off
+	// begun before one may bring what the drop was for (a delivery another
+	// node's disable wrote skipped meanwhile), and the store is asked again.
+	epoch uint64
 	// storeDue is when the store may next hold due work this lane does not
 	// know of; zero means never (until a hand-off or resync says otherwise).
 	storeDue  time.Time
@@ -203,6 +208,7 @@ func jobSize(j *core.Job) int64 { return int64(len(j.Event.Payload)) + 512 }
 
 // dropLocked forgets a lane's queued work; the store still holds it pending.
 func (d *Dispatcher) dropLocked(l *lane) {
+	l.epoch++
 	for _, q := range [][]*core.Job{l.fresh, l.backlog} {
 		for _, j := range q {
 			delete(l.known, j.Delivery.ID)

@@ -29,9 +29,9 @@ func (d *Dispatcher) Reserve(batch []store.EventInsert) {
 				continue
 			}
 			if l.reserved == nil {
-				l.reserved = map[string]bool{}
+				l.reserved = map[string]uint64{}
 			}
-			l.known[dl.ID], l.reserved[dl.ID] = true, true
+			l.known[dl.ID], l.reserved[dl.ID] = true, l.epoch
 		}
 	}
 }
@@ -51,7 +51,10 @@ func (d *Dispatcher) Release(batch []store.EventInsert) {
 			if h == nil {
 				continue
 			}
-			if l := h.lanes[dl.SubscriptionID]; l != nil && l.unreserve(dl.ID) {
+			if l := h.lanes[dl.SubscriptionID]; l != nil {
+				if was, _ := l.unreserve(dl.ID); !was {
+					continue
+				}
 				l.due(now)
 				touched[h] = true
 			}
@@ -63,13 +66,14 @@ func (d *Dispatcher) Release(batch []store.EventInsert) {
 }
 
 // unreserve forgets a reservation; it reports whether there was one.
-func (l *lane) unreserve(id string) bool {
-	if !l.reserved[id] {
-		return false
+func (l *lane) unreserve(id string) (was, stale bool) {
+	epoch, ok := l.reserved[id]
+	if !ok {
+		return false, false
 	}
 	delete(l.reserved, id)
 	delete(l.known, id)
-	return true
+	return true, epoch != l.epoch
 }
 
 // Notify hands over deliveries just committed, so they go out without
@@ -88,7 +92,14 @@ func (d *Dispatcher) Notify(jobs []core.Job) {
 		}
 		h, l := d.laneLocked(j.Delivery.Host, j.Delivery.SubscriptionID)
 		touched[h] = true
-		if !l.unreserve(j.Delivery.ID) && l.known[j.Delivery.ID] {
+		was, stale := l.unreserve(j.Delivery.ID)
+		if stale {
+			// Its lane was dropped since the reservation: the store says
+			// whether it is still to be sent.
+			l.due(now)
+			continue
+		}
+		if !was && l.known[j.Delivery.ID] {
 			continue
 		}
 		// An ordered delivery may wait on a predecessor: the store decides
@@ -136,12 +147,14 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 }
 
 // Reloaded is told, after a reload of the registry, which subscriptions
-// another node changed or removed. What their lanes queued goes: a
+// another node changed or removed. What their lanes queued goes, and so
+// does what a refill or a hand-off still brings (see lane.epoch): a
 // subscription no longer active must send none of it (its pending
 // deliveries were written skipped, or it is paused), and one active again
 // may have been disabled and re-enabled in between, its skipped
 // deliveries still in the queue. An active one refills from the store,
-// which holds only what is still pending.
+// which holds only what is still pending. Any other lane whose
+// subscription is not active drops its queue, as Wake does.
 func (d *Dispatcher) Reloaded(changed map[string]bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -150,9 +163,12 @@ func (d *Dispatcher) Reloaded(changed map[string]bool) {
 	for _, h := range d.hosts {
 		wake := false
 		for id, l := range h.lanes {
+			if !changed[id] && l.queued() == 0 {
+				continue
+			}
 			sub, ok := d.cfg.Subs.Get(id)
 			active := ok && sub.State == core.SubActive
-			if l.queued() == 0 || active && !changed[id] {
+			if active && !changed[id] {
 				continue
 			}
 			d.dropLocked(l)

@@ -28,6 +28,7 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 		}
 	}
 	limit := d.cfg.Window - len(l.backlog)
+	epoch := l.epoch
 	d.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
@@ -52,6 +53,13 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	d.refillHold = 0
 	if sub, ok := d.cfg.Subs.Get(l.subID); ok && sub.Host != h.name {
 		d.movedFromLocked(l, sub)
+		d.pumpLocked(h, time.Now())
+		return
+	}
+	if l.epoch != epoch {
+		// The lane was dropped while this read ran, which may predate the
+		// write that made it drop (another node's disable): read again.
+		l.due(time.Now())
 		d.pumpLocked(h, time.Now())
 		return
 	}

@@ -161,7 +161,7 @@ func TestReleasedReservationIsFetchedFromTheStore(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "the released delivery to be fetched and sent", func() bool { return sent.Load() == 1 })
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l := d.hosts[sub.Host].lanes[sub.ID]; l.reserved[dl.ID] {
+	if _, ok := d.hosts[sub.Host].lanes[sub.ID].reserved[dl.ID]; ok {
 		t.Error("still reserved after Release")
 	}
 }
@@ -335,5 +335,56 @@ func TestStopDoesNotHangOnAStoreThatRefusesResults(t *testing.T) {
 	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "stopped with attempt results unwritten") {
 		t.Errorf("dropping results was not logged:\n%s", logs.String())
+	}
+}
+
+// A hand-off reserved before its lane was dropped goes through the store:
+// another node disabled the subscription (writing its pending deliveries
+// skipped) and made it active again, and this node's reload dropped the
+// lane before the hand-off came.
+func TestHandOffReservedBeforeALaneDropAsksTheStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "dropped.example:443")
+	var mu sync.Mutex
+	sent := map[string]int{}
+	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		mu.Lock()
+		sent[j.Delivery.ID]++
+		mu.Unlock()
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 0)
+	batch, _ := pendingBatch(sub, 1)
+	ev, dl := batch[0].Event, batch[0].Deliveries[0]
+	d.Reserve(batch)
+	b.commit(t, batch)
+
+	off, on := sub, sub
+	off.State, off.DisabledReason, off.UpdatedAt = core.SubDisabled, "disabled by request", sub.UpdatedAt.Add(time.Millisecond)
+	on.UpdatedAt = sub.UpdatedAt.Add(2 * time.Millisecond)
+	for _, s := range []core.Subscription{off, on} {
+		if err := b.store.SubscriptionUpdate(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.subs.Put(on) // what the reload read
+	d.Reloaded(map[string]bool{sub.ID: true})
+	d.Notify([]core.Job{{Delivery: dl, Event: ev}})
+
+	after, ids := pendingBatch(sub, 1)
+	b.commit(t, after)
+	d.Wake(sub.Host, sub.ID)
+	testenv.Eventually(t, 5*time.Second, "the delivery made after the re-enable to be delivered", func() bool {
+		st, _, err := b.store.DeliveryGet(context.Background(), "", ids[0])
+		return err == nil && st.State == core.DeliveryDelivered
+	})
+	testenv.Eventually(t, 5*time.Second, "the lane to go idle", func() bool { return d.Stats().Window == 0 && d.Stats().Inflight == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if sent[dl.ID] != 0 {
+		t.Errorf("the skipped delivery was sent %d times, want none", sent[dl.ID])
+	}
+	if st, _, err := b.store.DeliveryGet(context.Background(), "", dl.ID); err != nil || st.State != core.DeliverySkipped {
+		t.Errorf("the delivery is %q (err %v), want skipped", st.State, err)
 	}
 }

@@ -1020,6 +1020,16 @@ func TestSimDisabledAndReenabledElsewhereSendsNothingTheDisableSkipped(t *testin
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// Retries come due 0.8-1.2 s apart: past them, the lane holds them
+		// all queued behind the open circuit, which is what must not go out.
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		s.d.mu.Lock()
+		queued := s.d.hosts[sub.Host].lanes[sub.ID].queued()
+		s.d.mu.Unlock()
+		if queued == 0 {
+			t.Fatal("nothing queued behind the open circuit: the test would show nothing")
+		}
 		fixed.Store(true)
 		if _, err := elsewhere.Disable(context.Background(), sub.ID, "disabled by request"); err != nil {
 			t.Fatal(err)
