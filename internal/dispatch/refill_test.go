@@ -100,14 +100,7 @@ func TestRefillLeavesReservedDeliveriesToTheirHandOff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	sub := b.subscription(t, "reserved.example:443")
-	var mu sync.Mutex
-	sent := map[string]int{}
-	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
-		mu.Lock()
-		sent[j.Delivery.ID]++
-		mu.Unlock()
-		return send.Outcome{Class: send.Delivered, StatusCode: 200}
-	}), 0)
+	d, sends := b.startCounting(t)
 	batch, _ := pendingBatch(sub, 1)
 	ev, dl := batch[0].Event, batch[0].Deliveries[0]
 
@@ -122,10 +115,7 @@ func TestRefillLeavesReservedDeliveriesToTheirHandOff(t *testing.T) {
 		h := d.hosts[sub.Host]
 		return h != nil && h.lanes[sub.ID] != nil && !h.lanes[sub.ID].refilling && h.lanes[sub.ID].storeDue.IsZero()
 	})
-	mu.Lock()
-	early := sent[dl.ID]
-	mu.Unlock()
-	if early != 0 {
+	if early := sends(dl.ID); early != 0 {
 		t.Fatalf("the refill sent a reserved delivery %d times before its hand-off", early)
 	}
 	d.Notify([]core.Job{{Delivery: dl, Event: ev}})
@@ -135,10 +125,8 @@ func TestRefillLeavesReservedDeliveriesToTheirHandOff(t *testing.T) {
 	})
 	d.Wake(sub.Host, sub.ID) // and a refill after it finds nothing to resend
 	testenv.Eventually(t, 5*time.Second, "the lane to go idle", func() bool { return d.Stats().Window == 0 && d.Stats().Inflight == 0 })
-	mu.Lock()
-	defer mu.Unlock()
-	if sent[dl.ID] != 1 {
-		t.Errorf("delivery sent %d times, want once", sent[dl.ID])
+	if n := sends(dl.ID); n != 1 {
+		t.Errorf("delivery sent %d times, want once", n)
 	}
 }
 
@@ -346,14 +334,7 @@ func TestHandOffReservedBeforeALaneDropAsksTheStore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	sub := b.subscription(t, "dropped.example:443")
-	var mu sync.Mutex
-	sent := map[string]int{}
-	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
-		mu.Lock()
-		sent[j.Delivery.ID]++
-		mu.Unlock()
-		return send.Outcome{Class: send.Delivered, StatusCode: 200}
-	}), 0)
+	d, sends := b.startCounting(t)
 	batch, _ := pendingBatch(sub, 1)
 	ev, dl := batch[0].Event, batch[0].Deliveries[0]
 	d.Reserve(batch)
@@ -379,12 +360,28 @@ func TestHandOffReservedBeforeALaneDropAsksTheStore(t *testing.T) {
 		return err == nil && st.State == core.DeliveryDelivered
 	})
 	testenv.Eventually(t, 5*time.Second, "the lane to go idle", func() bool { return d.Stats().Window == 0 && d.Stats().Inflight == 0 })
-	mu.Lock()
-	defer mu.Unlock()
-	if sent[dl.ID] != 0 {
-		t.Errorf("the skipped delivery was sent %d times, want none", sent[dl.ID])
+	if n := sends(dl.ID); n != 0 {
+		t.Errorf("the skipped delivery was sent %d times, want none", n)
 	}
 	if st, _, err := b.store.DeliveryGet(context.Background(), "", dl.ID); err != nil || st.State != core.DeliverySkipped {
 		t.Errorf("the delivery is %q (err %v), want skipped", st.State, err)
+	}
+}
+
+// startCounting starts a dispatcher whose every send delivers, and returns
+// how many times a delivery was sent so far.
+func (b *bundle) startCounting(t *testing.T) (*Dispatcher, func(id string) int) {
+	var mu sync.Mutex
+	sent := map[string]int{}
+	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+		mu.Lock()
+		sent[j.Delivery.ID]++
+		mu.Unlock()
+		return send.Outcome{Class: send.Delivered, StatusCode: 200}
+	}), 0)
+	return d, func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent[id]
 	}
 }

@@ -930,117 +930,74 @@ func TestSimRetryAfterEndsWithoutABurst(t *testing.T) {
 // in the dispatcher), then made active again before the circuit's probe:
 // the disable wrote them skipped, and nothing of them may go out (a
 // hostile pass saw all twelve sent after the re-enable, skipped turned
-// delivered). Only a replay brings them back.
+// delivered). Only a replay brings them back. Elsewhere: both changes made
+// on another node sharing the store and heard in one reload, so the
+// subscription is active when this node looks, and only the reload's word
+// that it changed keeps its queue from going out.
 func TestSimReenabledSubscriptionSendsNothingItsDisableSkipped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newSim(t)
-		var fixed atomic.Bool
-		ep, sub := s.endpoint("held", func(time.Time, int, string) reply {
-			if fixed.Load() {
-				return reply{status: 200, latency: 10 * time.Millisecond}
-			}
-			return reply{status: 500, latency: 10 * time.Millisecond}
-		}, func(sub *core.Subscription) {
-			sub.RetrySchedule = []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second}
+	for _, where := range []string{"here", "elsewhere"} {
+		t.Run(where, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { reenabledSendsNothingSkipped(t, where == "elsewhere") })
 		})
-		s.start()
-		svc := subs.NewService(s.store, s.subs, s.d.Wake)
-		const n = 12
-		for range n {
-			s.post("sim.held", "")
-		}
-		deadline := time.Now().Add(time.Minute)
-		for s.d.Health(sub.Host, sub.ID).Circuit != "open" {
-			if time.Now().After(deadline) {
-				t.Fatal("the circuit did not open within a minute of 500s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		fixed.Store(true)
-		if _, err := svc.Disable(context.Background(), sub.ID, "disabled by request"); err != nil {
-			t.Fatal(err)
-		}
-		// Counted by start: attempts in flight when the circuit opened end
-		// after this instant, and were sent before the disable.
-		reenabled := time.Now()
-		if _, err := svc.Update(context.Background(), "", sub.ID, func(s *core.Subscription) error {
-			s.State, s.DisabledReason = core.SubActive, ""
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Minute) // past every probe the open circuit would make
-		synctest.Wait()
-		sent := 0
-		for _, a := range ep.snapshot() {
-			if !a.start.Before(reenabled) {
-				sent++
-			}
-		}
-		if sent != 0 {
-			t.Errorf("%d attempts after the re-enable, want none: the disable skipped every delivery", sent)
-		}
-		if st := s.states(sub); st[core.DeliverySkipped] != n {
-			t.Errorf("deliveries %v, want all %d skipped", st, n)
-		}
-		s.stop()
-	})
+	}
 }
 
-// The same, both changes made on another node sharing the store and heard
-// in one reload: the subscription is active when this node looks, and only
-// the reload's word that it changed keeps its queue from going out.
-func TestSimDisabledAndReenabledElsewhereSendsNothingTheDisableSkipped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newSim(t)
-		var fixed atomic.Bool
-		ep, sub := s.endpoint("held", func(time.Time, int, string) reply {
-			if fixed.Load() {
-				return reply{status: 200, latency: 10 * time.Millisecond}
-			}
-			return reply{status: 500, latency: 10 * time.Millisecond}
-		}, func(sub *core.Subscription) {
-			sub.RetrySchedule = []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second}
-		})
-		s.start()
-		here := subs.NewService(s.store, s.subs, s.d.Wake)
+func reenabledSendsNothingSkipped(t *testing.T, elsewhere bool) {
+	s := newSim(t)
+	var fixed atomic.Bool
+	ep, sub := s.endpoint("held", func(time.Time, int, string) reply {
+		if fixed.Load() {
+			return reply{status: 200, latency: 10 * time.Millisecond}
+		}
+		return reply{status: 500, latency: 10 * time.Millisecond}
+	}, func(sub *core.Subscription) {
+		sub.RetrySchedule = []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second}
+	})
+	s.start()
+	here := subs.NewService(s.store, s.subs, s.d.Wake)
+	changer := here
+	if elsewhere {
 		list, err := s.store.SubscriptionListAll(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		elsewhere := subs.NewService(s.store, subs.New(list), nil) // another node: wakes nothing here
-		const n = 12
-		for range n {
-			s.post("sim.held", "")
+		changer = subs.NewService(s.store, subs.New(list), nil) // another node: wakes nothing here
+	}
+	const n = 12
+	for range n {
+		s.post("sim.held", "")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for s.d.Health(sub.Host, sub.ID).Circuit != "open" {
+		if time.Now().After(deadline) {
+			t.Fatal("the circuit did not open within a minute of 500s")
 		}
-		deadline := time.Now().Add(time.Minute)
-		for s.d.Health(sub.Host, sub.ID).Circuit != "open" {
-			if time.Now().After(deadline) {
-				t.Fatal("the circuit did not open within a minute of 500s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// Retries come due 0.8-1.2 s apart: past them, the lane holds them
-		// all queued behind the open circuit, which is what must not go out.
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		s.d.mu.Lock()
-		queued := s.d.hosts[sub.Host].lanes[sub.ID].queued()
-		s.d.mu.Unlock()
-		if queued == 0 {
-			t.Fatal("nothing queued behind the open circuit: the test would show nothing")
-		}
-		fixed.Store(true)
-		if _, err := elsewhere.Disable(context.Background(), sub.ID, "disabled by request"); err != nil {
-			t.Fatal(err)
-		}
-		reenabled := time.Now()
-		if _, err := elsewhere.Update(context.Background(), "", sub.ID, func(s *core.Subscription) error {
-			s.State, s.DisabledReason = core.SubActive, ""
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Retries come due 0.8-1.2 s apart: past them, the lane holds them all
+	// queued behind the open circuit, which is what must not go out.
+	time.Sleep(2 * time.Second)
+	synctest.Wait()
+	s.d.mu.Lock()
+	queued := s.d.hosts[sub.Host].lanes[sub.ID].queued()
+	s.d.mu.Unlock()
+	if queued == 0 {
+		t.Fatal("nothing queued behind the open circuit: the test would show nothing")
+	}
+	fixed.Store(true)
+	if _, err := changer.Disable(context.Background(), sub.ID, "disabled by request"); err != nil {
+		t.Fatal(err)
+	}
+	// Counted by start: attempts in flight when the circuit opened end
+	// after this instant, and were sent before the disable.
+	reenabled := time.Now()
+	if _, err := changer.Update(context.Background(), "", sub.ID, func(s *core.Subscription) error {
+		s.State, s.DisabledReason = core.SubActive, ""
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if elsewhere {
 		changed, err := here.Reload(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -1049,27 +1006,27 @@ func TestSimDisabledAndReenabledElsewhereSendsNothingTheDisableSkipped(t *testin
 			t.Fatalf("the reload says %v changed, want the subscription", changed)
 		}
 		s.d.Reloaded(changed)
-		time.Sleep(10 * time.Minute) // past every probe the open circuit would make
-		synctest.Wait()
-		sent := 0
-		for _, a := range ep.snapshot() {
-			if !a.start.Before(reenabled) {
-				sent++
-			}
+	}
+	time.Sleep(10 * time.Minute) // past every probe the open circuit would make
+	synctest.Wait()
+	sent := 0
+	for _, a := range ep.snapshot() {
+		if !a.start.Before(reenabled) {
+			sent++
 		}
-		if sent != 0 {
-			t.Errorf("%d attempts after the re-enable, want none: the disable skipped every delivery", sent)
-		}
-		if st := s.states(sub); st[core.DeliverySkipped] != n {
-			t.Errorf("deliveries %v, want all %d skipped", st, n)
-		}
-		// Active again, it still delivers what comes next.
-		s.post("sim.held", "")
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		if st := s.states(sub); st[core.DeliveryDelivered] != 1 {
-			t.Errorf("deliveries %v, want the event after the re-enable delivered", st)
-		}
-		s.stop()
-	})
+	}
+	if sent != 0 {
+		t.Errorf("%d attempts after the re-enable, want none: the disable skipped every delivery", sent)
+	}
+	if st := s.states(sub); st[core.DeliverySkipped] != n {
+		t.Errorf("deliveries %v, want all %d skipped", st, n)
+	}
+	// Active again, it still delivers what comes next.
+	s.post("sim.held", "")
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	if st := s.states(sub); st[core.DeliveryDelivered] != 1 {
+		t.Errorf("deliveries %v, want the event after the re-enable delivered", st)
+	}
+	s.stop()
 }
