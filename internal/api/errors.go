@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
@@ -89,16 +90,18 @@ func errInternal(requestID string) *apiError {
 }
 
 // writeError maps any error to its status: the one table from application
-// errors to HTTP. It returns the error code answered.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
-	ae := s.errorFor(w, r, err)
+// errors to HTTP. It returns the error code answered. began is when the
+// request's work started, so a store call begun before an outage ended
+// does not begin another (outage.Tracker.Fail).
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, began time.Time, err error) string {
+	ae := s.errorFor(w, r, began, err)
 	writeJSON(w, ae.Status, map[string]any{"error": ae})
 	return ae.Code
 }
 
 // errorFor is the table: the answer to err (headers such as Retry-After
 // set on w), whichever API writes it.
-func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, err error) *apiError {
+func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, began time.Time, err error) *apiError {
 	// A driver's error a store method passed on unmapped is still an
 	// outage when the backend says so: 503/507, not 500.
 	if s.Store != nil {
@@ -119,7 +122,7 @@ func (s *Server) errorFor(w http.ResponseWriter, r *http.Request, err error) *ap
 		ae = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "shutting down; retry with the same idempotency_key"}
 	case outage.Is(err):
 		// Logged once per outage by the tracker, not once per request.
-		s.Outage.Fail(err)
+		s.Outage.Fail(began, err)
 		ae = errStore(w, err)
 	case errors.Is(err, store.ErrConflict):
 		ae = &apiError{Status: http.StatusConflict, Code: "conflict", Message: "conflict with the current state"}

@@ -155,9 +155,10 @@ func (c *KeyCache) Start() {
 			case <-c.stop:
 				return
 			case <-t.C:
+				began := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				if err := c.Flush(ctx); err != nil {
-					c.Outage.Report(c.log, "recording API key use", err)
+					c.Outage.Report(c.log, "recording API key use", began, err)
 				}
 				cancel()
 			}

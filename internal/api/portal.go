@@ -152,8 +152,9 @@ type portalSessionRequest struct {
 // scoped to its tenant and the portal, expiring with the link. It needs
 // no bearer token: the link's token is the credential.
 func (s *Server) portalSession(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
 	if err := s.exchangePortalLink(w, r); err != nil {
-		s.writeError(w, r, err)
+		s.writeError(w, r, began, err)
 	}
 }
 

@@ -149,13 +149,14 @@ func New(cfg Config) *Server {
 	s.route("DELETE /portal/session", s.endPortalSession)
 	s.svixRoutes()
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
 		if allow := s.allowed(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			s.writeError(w, r, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			s.writeError(w, r, began, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
 				Message: r.Method + " is not allowed on " + r.URL.Path + "; allowed: " + strings.Join(allow, ", ")})
 			return
 		}
-		s.writeError(w, r, &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such route: " + r.Method + " " + r.URL.Path})
+		s.writeError(w, r, began, &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such route: " + r.Method + " " + r.URL.Path})
 	})
 	return s
 }
@@ -214,6 +215,7 @@ func (s *Server) route(pattern string, h handler) { s.routeCounted(pattern, h, n
 // code of every error answer, authentication failures included.
 func (s *Server) routeCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
 			err = portalCheck(p, pattern)
@@ -228,7 +230,7 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 			err = h(w, r, p)
 		}
 		if err != nil {
-			code := s.writeError(w, r, err)
+			code := s.writeError(w, r, began, err)
 			if rejected != nil {
 				rejected(code)
 			}
@@ -240,12 +242,13 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 // to a tenant key (as on every admin-only route).
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil && !p.admin {
 			err = errForbidden
 		}
 		if err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, began, err)
 			return
 		}
 		h.ServeHTTP(w, r)

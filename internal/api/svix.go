@@ -287,6 +287,7 @@ func (s *Server) svixRoute(pattern string, h handler) { s.svixRouteCounted(patte
 
 func (s *Server) svixRouteCounted(pattern string, h handler, rejected func(code string)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
 			err = portalCheck(p, pattern)
@@ -296,7 +297,7 @@ func (s *Server) svixRouteCounted(pattern string, h handler, rejected func(code 
 			err = h(w, r, p)
 		}
 		if err != nil {
-			ae := s.errorFor(w, r, err)
+			ae := s.errorFor(w, r, began, err)
 			writeJSON(w, ae.Status, svixBody(svixNames(ae)))
 			if rejected != nil {
 				rejected(ae.Code)

@@ -143,12 +143,13 @@ func (c *cluster) reloadLoop(ctx context.Context) {
 // changes this node made meanwhile), then wakes the subscriptions that had
 // due work before the registry knew them.
 func (c *cluster) reloadOnce(ctx context.Context) {
+	began := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	changed, err := c.subs.Reload(rctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			c.outage.Report(c.log, "reloading subscriptions", err)
+			c.outage.Report(c.log, "reloading subscriptions", began, err)
 		}
 		return
 	}

@@ -384,10 +384,11 @@ func (d *Dispatcher) disable(subID, reason string) {
 	if d.cfg.Disable == nil {
 		return
 	}
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.cfg.Disable(ctx, subID, reason); err != nil {
-		d.report("disabling subscription", err, "subscription", subID)
+		d.report("disabling subscription", began, err, "subscription", subID)
 		return
 	}
 	d.cfg.Log.Warn("subscription disabled", "subscription", subID, "reason", reason)

@@ -215,10 +215,10 @@ func New(cfg Config) *Dispatcher {
 	return d
 }
 
-// report logs a failed store call, or tells Config.Outage of it if it is
-// an outage; it reports whether it was one.
-func (d *Dispatcher) report(msg string, err error, args ...any) bool {
-	return d.cfg.Outage.Report(d.cfg.Log, msg, err, args...)
+// report logs a failed store call begun at began, or tells Config.Outage
+// of it if it is an outage; it reports whether it was one.
+func (d *Dispatcher) report(msg string, began time.Time, err error, args ...any) bool {
+	return d.cfg.Outage.Report(d.cfg.Log, msg, began, err, args...)
 }
 
 // Start leases shards (with a Leaser), loads every subscription with

@@ -356,8 +356,9 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 	if len(changed) == 0 {
 		return
 	}
+	began := time.Now()
 	if err := d.board.CircuitsPublish(ctx, changed); err != nil {
-		d.report("publishing circuits", err, "node", d.cfg.Node)
+		d.report("publishing circuits", began, err, "node", d.cfg.Node)
 		return
 	}
 	d.mu.Lock()

@@ -194,8 +194,9 @@ func (d *Dispatcher) handOver(ctx context.Context) {
 		return
 	}
 	slices.Sort(ready)
+	began := time.Now()
 	if err := d.leaser.ShardHandOver(ctx, d.cfg.Node, ready); err != nil {
-		d.report("handing shards over; will retry", err, "node", d.cfg.Node)
+		d.report("handing shards over; will retry", began, err, "node", d.cfg.Node)
 		d.mu.Lock()
 		d.handAfter = time.Now().Add(time.Second) // not every 50 ms while the database is away
 		d.mu.Unlock()
@@ -265,6 +266,7 @@ func (d *Dispatcher) leaseLoop() {
 		case <-t.C:
 		case <-d.rebalance:
 		}
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		gained, err := d.renew(ctx)
 		wait := every
@@ -272,14 +274,15 @@ func (d *Dispatcher) leaseLoop() {
 			d.mu.Lock()
 			stopAt := d.heldUntil.Add(-d.cfg.LeaseTTL / 3)
 			d.mu.Unlock()
-			d.report("renewing shard leases", err, "node", d.cfg.Node, "sends_stop_at", stopAt)
+			d.report("renewing shard leases", began, err, "node", d.cfg.Node, "sends_stop_at", stopAt)
 			wait = min(every, time.Second)
 		} else {
 			if len(gained) > 0 {
+				began = time.Now()
 				if err := d.resyncShards(ctx, gained); err != nil {
 					// This renewal's budget is spent: the loop's own resync,
 					// with a longer one, takes them now rather than at its tick.
-					d.report("resync of gained shards; resyncing all", err)
+					d.report("resync of gained shards; resyncing all", began, err)
 					d.Resync()
 				}
 			}
@@ -293,9 +296,10 @@ func (d *Dispatcher) leaseLoop() {
 
 // release gives every shard back for the other nodes to take at once.
 func (d *Dispatcher) release() {
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := d.leaser.ShardRelease(ctx, d.cfg.Node); err != nil {
-		d.report("releasing shard leases", err, "node", d.cfg.Node)
+		d.report("releasing shard leases", began, err, "node", d.cfg.Node)
 	}
 }

@@ -31,6 +31,7 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	epoch := l.epoch
 	d.mu.Unlock()
 
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
 	jobs, next, err := d.cfg.Store.DeliveryDue(ctx, store.DeliveryDueParams{
 		SubscriptionID: l.subID, Now: now, Limit: limit, Exclude: exclude,
@@ -43,7 +44,7 @@ func (d *Dispatcher) refill(h *host, l *lane, now time.Time) {
 	recorded := l.recorded
 	l.recorded = nil
 	if err != nil {
-		if !d.stopping && d.report("refilling a lane", err, "subscription", l.subID) {
+		if !d.stopping && d.report("refilling a lane", began, err, "subscription", l.subID) {
 			d.holdRefillsLocked(time.Now())
 		}
 		l.due(time.Now().Add(time.Second))
@@ -106,9 +107,10 @@ func (d *Dispatcher) refillAt(l *lane) time.Time {
 // poll is the loop's periodic safety net: resync, fail what waited out its
 // retry window behind an open circuit, and forget stale health.
 func (d *Dispatcher) poll() {
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
 	if err := d.resync(ctx); err != nil {
-		d.report("resync with store", err)
+		d.report("resync with store", began, err)
 	}
 	cancel()
 	d.expireHeld()
@@ -170,10 +172,11 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 	// Move them to the current host; the store tells its owner. Left where
 	// they are, neither node would send them.
 	for _, id := range strays {
+		began := time.Now()
 		n, err := d.cfg.Store.DeliveryRehost(ctx, id)
 		if err != nil {
 			// The next resync tries again; the rest of this one stands.
-			d.report("moving deliveries written under a host their subscription left", err, "subscription", id)
+			d.report("moving deliveries written under a host their subscription left", began, err, "subscription", id)
 			continue
 		}
 		if n > 0 {
@@ -227,12 +230,13 @@ func (d *Dispatcher) expireHeld() {
 	go func() {
 		defer d.work.Done()
 		for _, hl := range lanes {
+			began := time.Now()
 			ctx, cancel := context.WithTimeout(d.sendCtx, time.Minute)
 			n, err := d.cfg.Store.DeliveryExpire(ctx, hl.sub, hl.cutoff, time.Now().UTC(), expireReason)
 			cancel()
 			d.cfg.Metrics.Expired(n)
 			if err != nil {
-				d.report("expiring held deliveries", err, "subscription", hl.sub)
+				d.report("expiring held deliveries", began, err, "subscription", hl.sub)
 			}
 			if n > 0 {
 				d.mu.Lock()

@@ -147,6 +147,7 @@ func (w *resultWriter) write(batch []result) {
 	backoff := 100 * time.Millisecond
 	began := time.Now()
 	for {
+		tried := time.Now()
 		ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
 		err := w.d.cfg.Store.DeliveryRecordResults(ctx, rs)
 		cancel()
@@ -158,7 +159,7 @@ func (w *resultWriter) write(batch []result) {
 				"n", len(rs), "err", err)
 			return
 		}
-		w.d.report("writing attempt results; will retry", err, "n", len(rs))
+		w.d.report("writing attempt results; will retry", tried, err, "n", len(rs))
 		select {
 		case <-time.After(backoff):
 		case <-w.ctx.Done():

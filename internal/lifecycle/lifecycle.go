@@ -131,18 +131,21 @@ func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
 	if !ok {
 		return
 	}
-	moved, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, true, time.Now().UTC(), alertEvery)
+	began := time.Now()
+	moved, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, true, began.UTC(), alertEvery)
 	if err != nil || !moved {
-		l.logErr("noting a failing alert", sub.ID, err)
+		l.logErr("noting a failing alert", sub.ID, began, err)
 		return
 	}
+	began = time.Now()
 	st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID)
-	l.logErr("reading a failing subscription's figures", sub.ID, err)
+	l.logErr("reading a failing subscription's figures", sub.ID, began, err)
 	p := failingPayload(sub, f, st)
 	if l.emit(ctx, sub.TenantID, TypeFailing, sub.ID, p) != nil {
 		// Not sent: let the next sign of failing send it (an hour on).
-		_, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, false, time.Now().UTC(), alertEvery)
-		l.logErr("undoing a failing alert not sent", sub.ID, err)
+		began := time.Now()
+		_, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, false, began.UTC(), alertEvery)
+		l.logErr("undoing a failing alert not sent", sub.ID, began, err)
 	}
 }
 
@@ -184,15 +187,17 @@ func (l *Lifecycle) ReplayCompleted(ctx context.Context, job core.ReplayJob) {
 // sends it again: a failure on either side is retried, and a retry of an
 // event already written writes nothing (its idempotency key).
 func (l *Lifecycle) send(ctx context.Context, n store.Notice) {
+	began := time.Now()
 	ev, err := owed(n)
 	if err == nil {
 		_, err = l.cfg.Ingest.Submit(ctx, ev)
 	}
 	if err != nil {
-		l.logErr("emitting "+ev.Type, n.SubscriptionID, err)
+		l.logErr("emitting "+ev.Type, n.SubscriptionID, began, err)
 		return
 	}
-	l.logErr("marking "+ev.Type+" sent", n.SubscriptionID, l.cfg.Store.NoticeSent(ctx, n))
+	began = time.Now()
+	l.logErr("marking "+ev.Type+" sent", n.SubscriptionID, began, l.cfg.Store.NoticeSent(ctx, n))
 }
 
 // owed is the event n owes, under an idempotency key of the decision: the
@@ -218,13 +223,15 @@ func owed(n store.Notice) (core.Event, error) {
 // Scan sends the recoveries due and the events decisions still owe
 // (store.Notices), and disables what failed for DisableAfter.
 func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
+	began := time.Now()
 	rec, err := l.cfg.Store.SubscriptionsRecovered(ctx)
-	l.logErr("listing recovered subscriptions", "", err)
+	l.logErr("listing recovered subscriptions", "", began, err)
 	for _, f := range rec {
 		l.recovered(ctx, f, now)
 	}
+	began = time.Now()
 	notices, err := l.cfg.Store.Notices(ctx)
-	l.logErr("listing the operational events owed", "", err)
+	l.logErr("listing the operational events owed", "", began, err)
 	for _, n := range notices {
 		if l.cfg.Owns(n.Host) {
 			l.send(ctx, n)
@@ -233,15 +240,17 @@ func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 	if l.cfg.DisableAfter <= 0 {
 		return
 	}
+	began = time.Now()
 	failing, err := l.cfg.Store.SubscriptionsFailing(ctx, now.Add(-l.cfg.DisableAfter), now.Add(-dailyAttempt))
-	l.logErr("listing failing subscriptions", "", err)
+	l.logErr("listing failing subscriptions", "", began, err)
 	for _, f := range failing {
 		if !l.cfg.Owns(f.Host) {
 			continue
 		}
 		reason := fmt.Sprintf("every attempt failed for %s (since %s)", days(l.cfg.DisableAfter), f.FailingSince.UTC().Format(time.RFC3339))
+		began := time.Now()
 		if err := l.Disable(ctx, f.ID, reason); err != nil {
-			l.logErr("disabling a failing subscription", f.ID, err)
+			l.logErr("disabling a failing subscription", f.ID, began, err)
 		} else {
 			l.cfg.Log.Warn("subscription disabled", "subscription", f.ID, "reason", reason)
 		}
@@ -251,13 +260,15 @@ func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 // recovered tells the owner f recovered, once (nodes racing send it
 // once): how long it failed, and the attempt that succeeded.
 func (l *Lifecycle) recovered(ctx context.Context, f store.FailingSubscription, now time.Time) {
+	began := time.Now()
 	moved, err := l.cfg.Store.SubscriptionAlert(ctx, f.ID, false, now, alertEvery)
 	if err != nil || !moved {
-		l.logErr("noting a recovery", f.ID, err)
+		l.logErr("noting a recovery", f.ID, began, err)
 		return
 	}
+	began = time.Now()
 	ok, err := l.succeeded(ctx, f)
-	l.logErr("reading the attempt that recovered", f.ID, err)
+	l.logErr("reading the attempt that recovered", f.ID, began, err)
 	l.emit(ctx, f.TenantID, TypeRecovered, f.ID, recoveredPayload(f, ok, now))
 }
 
@@ -322,17 +333,19 @@ func replayPayload(job core.ReplayJob, url string) map[string]any {
 
 // emit writes one operational event into tenant's stream.
 func (l *Lifecycle) emit(ctx context.Context, tenant, typ, about string, payload map[string]any) error {
+	began := time.Now()
 	body, err := json.Marshal(payload)
 	if err == nil {
 		_, err = l.cfg.Ingest.Submit(ctx, core.Event{TenantID: tenant, Type: typ, Payload: body, About: about})
 	}
-	l.logErr("emitting "+typ, about, err)
+	l.logErr("emitting "+typ, about, began, err)
 	return err
 }
 
-func (l *Lifecycle) logErr(what, subID string, err error) {
+// logErr tells of a store call begun at began that failed (see outage.Report).
+func (l *Lifecycle) logErr(what, subID string, began time.Time, err error) {
 	if err != nil {
-		l.cfg.Outage.Report(l.cfg.Log, what, err, "subscription", subID)
+		l.cfg.Outage.Report(l.cfg.Log, what, began, err, "subscription", subID)
 	}
 }
 

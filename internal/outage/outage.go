@@ -91,6 +91,7 @@ type Tracker struct {
 	total    int       // failed calls in this outage
 	failed   time.Time // when a call last failed
 	wrote    time.Time // when a write was last seen committing
+	ended    time.Time // when the last outage ended
 
 	wake chan struct{} // a failure starts probing now
 	quit chan struct{}
@@ -133,14 +134,21 @@ func (t *Tracker) Stop() {
 	<-t.done
 }
 
-// Fail records a call that failed with a store outage (see Is). The first
-// begins the outage; later ones are counted and logged at most every Repeat.
-func (t *Tracker) Fail(err error) {
+// Fail records a call begun at began that failed with a store outage (see
+// Is). The first begins the outage; later ones are counted and logged at
+// most every Repeat. A call begun before the last outage ended is that
+// outage's straggler, not a new one: a lease renewal that hung on a cut
+// connection once failed just after the probe had ended the outage, and
+// logged another outage begun with the store fine.
+func (t *Tracker) Fail(began time.Time, err error) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !t.down && began.Before(t.ended) {
+		return
+	}
 	now := t.now()
 	t.err, t.failed = err, now
 	if !t.down {
@@ -161,12 +169,12 @@ func (t *Tracker) Fail(err error) {
 	}
 }
 
-// Report is how a background task tells of a store call that failed: an
-// outage (by the store's reckoning, see store.HealthOutage) is counted as
-// by Fail, and logged only as the outage; any other error is logged as msg
-// with args and err. It reports whether err was an outage. On a nil
-// *Tracker every error is logged.
-func (t *Tracker) Report(log *slog.Logger, msg string, err error, args ...any) bool {
+// Report is how a background task tells of a store call begun at began
+// that failed: an outage (by the store's reckoning, see
+// store.HealthOutage) is counted as by Fail, and logged only as the
+// outage; any other error is logged as msg with args and err. It reports
+// whether err was an outage. On a nil *Tracker every error is logged.
+func (t *Tracker) Report(log *slog.Logger, msg string, began time.Time, err error, args ...any) bool {
 	if t != nil {
 		err = t.check.HealthOutage(err)
 	}
@@ -174,7 +182,7 @@ func (t *Tracker) Report(log *slog.Logger, msg string, err error, args ...any) b
 		log.Error(msg, append(args, "err", err)...)
 		return Is(err)
 	}
-	t.Fail(err)
+	t.Fail(began, err)
 	return true
 }
 
@@ -202,7 +210,7 @@ func (t *Tracker) recovered() {
 	}
 	t.cfg.Log.Info("store outage ended", "kind", Kind(t.err), "lasted", t.now().Sub(t.since).Round(time.Millisecond),
 		"failed_calls", t.total)
-	t.down, t.err = false, nil
+	t.down, t.err, t.ended = false, nil, t.now()
 }
 
 // Err is nil while the store commits, or says which outage and for how
@@ -249,14 +257,15 @@ func (t *Tracker) loop() {
 		}
 		_, write := t.state()
 		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		began := t.now()
 		if write {
 			if err := t.check.HealthWrite(ctx); err != nil {
-				t.Fail(err)
+				t.Fail(began, err)
 			} else {
 				t.recovered()
 			}
 		} else if err := t.check.HealthPing(ctx); err != nil {
-			t.Fail(err) // a read that fails: the store is unreachable
+			t.Fail(began, err) // a read that fails: the store is unreachable
 		}
 		cancel()
 		next := t.cfg.Ping

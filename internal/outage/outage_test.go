@@ -113,7 +113,7 @@ func TestOutageLoggedOnceThenEveryRepeatThenEnded(t *testing.T) {
 		start := time.Now()
 		st.set(errDown)
 		for range 130 { // 65 s of failed calls
-			tr.Fail(errDown)
+			tr.Fail(time.Now(), errDown)
 			time.Sleep(500 * time.Millisecond)
 		}
 		if err := tr.Err(); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "store unavailable for 1m5s") ||
@@ -187,7 +187,7 @@ func TestFirstProbeOnAnUncutConnectionEndsNothing(t *testing.T) {
 		tr.Start()
 		defer tr.Stop()
 		for range 30 { // the callers' connections are cut
-			tr.Fail(errDown)
+			tr.Fail(time.Now(), errDown)
 			time.Sleep(100 * time.Millisecond)
 		}
 		synctest.Wait()
@@ -201,6 +201,41 @@ func TestFirstProbeOnAnUncutConnectionEndsNothing(t *testing.T) {
 		}
 		if b, e := logs.lines("store outage began"), logs.lines("store outage ended"); len(b) != 1 || len(e) != 1 {
 			t.Errorf("began %q, ended %q: want one of each", b, e)
+		}
+	})
+}
+
+// TestCallBegunBeforeTheEndBeginsNoOutage: a call that hung through an
+// outage and fails just after a probe ended it (a lease renewal on a cut
+// connection) is that outage's straggler: no new outage, /readyz stays
+// ready. A call begun after the end that fails does begin one.
+func TestCallBegunBeforeTheEndBeginsNoOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, st, logs := started(t)
+		st.set(errDown)
+		tr.Fail(time.Now(), errDown)
+		renewal := time.Now() // begins during the outage, hangs
+		time.Sleep(3 * time.Second)
+		st.set(nil)
+		time.Sleep(DefaultProbe) // a probe commits: the outage ends
+		synctest.Wait()
+		if err := tr.Err(); err != nil {
+			t.Fatalf("after a probe committed: Err %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		tr.Fail(renewal, errDown) // the hung renewal fails now
+		if err := tr.Err(); err != nil {
+			t.Errorf("a call begun before the end failed after it: Err %v, want nil", err)
+		}
+		if b := logs.lines("store outage began"); len(b) != 1 {
+			t.Errorf("began %q: want the one outage", b)
+		}
+		tr.Fail(time.Now(), errDown) // a call begun after the end
+		if err := tr.Err(); !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("a call begun after the end failed: Err %v, want store unavailable", err)
+		}
+		if b := logs.lines("store outage began"); len(b) != 2 {
+			t.Errorf("began %q: want a second outage", b)
 		}
 	})
 }
@@ -252,15 +287,15 @@ func TestReportCountsOutagesAndLogsTheRest(t *testing.T) {
 	st := &fakeStore{}
 	tr := New(Config{Log: log}, st) // not started: no prober
 	for range 50 {
-		if !tr.Report(log, "refilling a lane", fmt.Errorf("reading due work: %w", errRaw), "subscription", "sub_1") {
+		if !tr.Report(log, "refilling a lane", time.Now(), fmt.Errorf("reading due work: %w", errRaw), "subscription", "sub_1") {
 			t.Fatal("a raw driver error the store calls an outage: Report says it is none")
 		}
-		if !tr.Report(log, "renewing shard leases", errDown) {
+		if !tr.Report(log, "renewing shard leases", time.Now(), errDown) {
 			t.Fatal("ErrUnavailable: Report says it is no outage")
 		}
 	}
 	own := errors.New("constraint violated")
-	if tr.Report(log, "moving deliveries", own, "subscription", "sub_2") {
+	if tr.Report(log, "moving deliveries", time.Now(), own, "subscription", "sub_2") {
 		t.Error("an error of the call's own: Report says it is an outage")
 	}
 	if !errors.Is(tr.Err(), store.ErrUnavailable) {
@@ -274,7 +309,7 @@ func TestReportCountsOutagesAndLogsTheRest(t *testing.T) {
 	}
 
 	var nilTr *Tracker
-	nilTr.Report(log, "renewing shard leases", errDown)
+	nilTr.Report(log, "renewing shard leases", time.Now(), errDown)
 	if l := logs.lines("renewing shard leases"); len(l) != 1 {
 		t.Errorf("without a tracker an outage is logged as the task's: %q", l)
 	}
@@ -282,7 +317,7 @@ func TestReportCountsOutagesAndLogsTheRest(t *testing.T) {
 
 func TestNilTrackerDoesNothing(t *testing.T) {
 	var tr *Tracker
-	tr.Fail(errDown)
+	tr.Fail(time.Now(), errDown)
 	tr.Committed()
 	tr.Stop()
 	if err := tr.Err(); err != nil {

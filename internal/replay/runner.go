@@ -141,8 +141,9 @@ func (r *Runner) run(now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if now.Sub(r.listed) >= listEvery {
+		began := time.Now()
 		if err := r.list(ctx); err != nil {
-			r.Outage.Report(r.log, "listing replay jobs", err)
+			r.Outage.Report(r.log, "listing replay jobs", began, err)
 		}
 		r.listed = now
 	}
@@ -180,8 +181,9 @@ func (r *Runner) step(ctx context.Context, j *job, now time.Time) {
 	if (known && !r.wake.OwnsShard(core.ShardOf(sub.Host))) || now.Before(j.idleUntil) {
 		return
 	}
+	began := time.Now()
 	if err := r.tried(ctx, j); err != nil {
-		r.Outage.Report(r.log, "replay job: reading what was tried", err, "job", j.ID)
+		r.Outage.Report(r.log, "replay job: reading what was tried", began, err, "job", j.ID)
 		j.idleUntil = now.Add(listEvery)
 		return
 	}
@@ -189,13 +191,14 @@ func (r *Runner) step(ctx context.Context, j *job, now time.Time) {
 	if n == 0 {
 		return
 	}
+	began = time.Now()
 	after, ids, err := r.store.ReplayJobStep(ctx, j.ID, n, now.UTC())
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 		delete(r.jobs, j.ID) // cancelled, or finished by another node
 		return
 	case err != nil:
-		r.Outage.Report(r.log, "replay job step", err, "job", j.ID)
+		r.Outage.Report(r.log, "replay job step", began, err, "job", j.ID)
 		j.idleUntil = now.Add(listEvery)
 		return
 	}

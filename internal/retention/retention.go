@@ -69,8 +69,9 @@ func (p *Purger) loop() {
 // pass walks every event older than the window once; an error ends it and
 // the next one tries again.
 func (p *Purger) pass() {
+	began := time.Now()
 	if _, err := Pass(p.ctx, p.st, p.keep, p.log); err != nil && p.ctx.Err() == nil {
-		p.outage.Report(p.log, "retention: removing old events", err)
+		p.outage.Report(p.log, "retention: removing old events", began, err)
 	}
 }
 

@@ -168,11 +168,12 @@ func (s *Shedder) Start(c Counter, active func(subID string) bool) {
 		t := time.NewTicker(s.cfg.Every)
 		defer t.Stop()
 		for {
+			began := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Every)
 			counts, err := c.DeliveryPendingCounts(ctx, int(float64(s.cfg.Threshold)*Resume)+1)
 			cancel()
 			if err != nil {
-				s.cfg.Outage.Report(s.cfg.Log, "counting backlogs for shedding", err) // decisions stand until the next reading
+				s.cfg.Outage.Report(s.cfg.Log, "counting backlogs for shedding", began, err) // decisions stand until the next reading
 			} else {
 				s.observe(time.Now(), counts)
 			}
