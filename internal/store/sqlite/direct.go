@@ -3,7 +3,9 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"path/filepath"
 
 	zs "zombiezen.com/go/sqlite"
 
@@ -21,7 +23,15 @@ import (
 // openDirect opens the direct writer on the database at path, which
 // migrate has brought up to date, with the writer's pragmas.
 func openDirect(path string) (*zs.Conn, error) {
-	c, err := zs.OpenConn(path, zs.OpenReadWrite, zs.OpenWAL)
+	if err := registerWALVFS(); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	uri := (&url.URL{Scheme: "file", Path: abs, RawQuery: "vfs=" + walVFSName}).String()
+	c, err := zs.OpenConn(uri, zs.OpenReadWrite, zs.OpenWAL, zs.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}

@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	zs "zombiezen.com/go/sqlite"
+)
+
+// Every commit of the direct writer is in the files when it returns, whole:
+// a copy of the database and its WAL taken then (what a kill -9 leaves) and
+// a reader on the unix VFS both see every row and byte of it. Commits range
+// from one small row to several times the WAL VFS's 1 MiB buffer, so they
+// flush in pieces. With synchronous = NORMAL no xSync follows a commit, so
+// the commit frame's own write must flush.
+func TestWALVFSLeavesEveryCommitInTheFiles(t *testing.T) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		t.Run(sync, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "h.db")
+			c, err := zs.OpenConn(path, zs.OpenReadWrite, zs.OpenCreate, zs.OpenWAL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			w, err := openDirect(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			for _, q := range []string{"PRAGMA synchronous = " + sync, "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)"} {
+				if _, err := execDirect(w, q); err != nil {
+					t.Fatal(q, err)
+				}
+			}
+			live, err := zs.OpenConn(path, zs.OpenReadOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer live.Close()
+
+			want := map[int64][]byte{}
+			id := int64(0)
+			for commit, rows := range [][]int{{10}, {4096, 5000}, {256 << 10}, {256 << 10, 256 << 10, 256 << 10, 256 << 10, 256 << 10}, {1}, {100 << 10, 3}} {
+				if _, err := execDirect(w, "BEGIN IMMEDIATE"); err != nil {
+					t.Fatal(err)
+				}
+				for _, n := range rows {
+					id++
+					b := bytes.Repeat([]byte{byte(id), byte(commit)}, n/2+1)[:n]
+					insertBlob(t, w, id, b)
+					want[id] = b
+				}
+				if _, err := execDirect(w, "COMMIT"); err != nil {
+					t.Fatal(err)
+				}
+				copyDir := filepath.Join(dir, fmt.Sprintf("copy%d", commit))
+				if err := os.Mkdir(copyDir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				for _, name := range []string{"h.db", "h.db-wal"} {
+					b, err := os.ReadFile(filepath.Join(dir, name))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(copyDir, name), b, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c, err := zs.OpenConn(filepath.Join(copyDir, "h.db"), zs.OpenReadWrite)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkRows(t, fmt.Sprintf("commit %d, the files' copy", commit), c, want)
+				c.Close()
+				checkRows(t, fmt.Sprintf("commit %d, a live reader", commit), live, want)
+			}
+		})
+	}
+}
+
+func insertBlob(t *testing.T, c *zs.Conn, id int64, b []byte) {
+	t.Helper()
+	st, err := c.Prepare("INSERT INTO t (id, b) VALUES (?, ?)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.BindInt64(1, id)
+	st.BindBytes(2, b)
+	if _, err := st.Step(); err != nil {
+		t.Fatal(err)
+	}
+	st.Reset()
+}
+
+func checkRows(t *testing.T, where string, c *zs.Conn, want map[int64][]byte) {
+	t.Helper()
+	var check string
+	if _, err := queryRowDirect(c, "PRAGMA integrity_check", nil, func(st *zs.Stmt) { check = st.ColumnText(0) }); err != nil {
+		t.Fatalf("%s: integrity_check: %v", where, err)
+	}
+	if check != "ok" {
+		t.Fatalf("%s: integrity_check: %s", where, check)
+	}
+	st, err := c.Prepare("SELECT id, b FROM t ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Reset()
+	got := 0
+	for {
+		row, err := st.Step()
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if !row {
+			break
+		}
+		id := st.ColumnInt64(0)
+		b := make([]byte, st.ColumnLen(1))
+		st.ColumnBytes(1, b)
+		if !bytes.Equal(b, want[id]) {
+			t.Fatalf("%s: row %d has %d bytes unlike the %d written", where, id, len(b), len(want[id]))
+		}
+		got++
+	}
+	if got != len(want) {
+		t.Fatalf("%s: %d rows, want %d", where, got, len(want))
+	}
+}
