@@ -368,17 +368,63 @@ func TestHandOffReservedBeforeALaneDropAsksTheStore(t *testing.T) {
 	}
 }
 
+// A refill that read a delivery as pending before its lane was dropped
+// (another node's disable skipped it, then re-enabled the subscription,
+// all heard in one reload) must not queue what it read: it reads again,
+// and the skipped delivery is never sent.
+func TestRefillBegunBeforeALaneDropReadsAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.subscription(t, "dropped-while-reading.example:443")
+	id := b.pending(t, sub, 1)[0]
+	st := &slowDue{Store: b.store, asked: make(chan struct{}), release: make(chan struct{})}
+	d, sends := b.startCountingOn(t, st) // its resync starts a refill
+	<-st.asked                           // which has read the delivery as pending
+
+	off, on := sub, sub
+	off.State, off.DisabledReason, off.UpdatedAt = core.SubDisabled, "disabled by request", sub.UpdatedAt.Add(time.Millisecond)
+	on.UpdatedAt = sub.UpdatedAt.Add(2 * time.Millisecond)
+	for _, s := range []core.Subscription{off, on} {
+		if err := b.store.SubscriptionUpdate(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.subs.Put(on) // what the reload read
+	d.Reloaded(map[string]bool{sub.ID: true})
+	close(st.release)
+
+	after, ids := pendingBatch(sub, 1)
+	b.commit(t, after)
+	d.Wake(sub.Host, sub.ID)
+	testenv.Eventually(t, 5*time.Second, "the delivery made after the re-enable to be delivered", func() bool {
+		dl, _, err := b.store.DeliveryGet(context.Background(), "", ids[0])
+		return err == nil && dl.State == core.DeliveryDelivered
+	})
+	testenv.Eventually(t, 5*time.Second, "the lane to go idle", func() bool { return d.Stats().Window == 0 && d.Stats().Inflight == 0 })
+	if n := sends(id); n != 0 {
+		t.Errorf("the skipped delivery was sent %d times, want none", n)
+	}
+	if dl, _, err := b.store.DeliveryGet(context.Background(), "", id); err != nil || dl.State != core.DeliverySkipped {
+		t.Errorf("the delivery is %q (err %v), want skipped", dl.State, err)
+	}
+}
+
 // startCounting starts a dispatcher whose every send delivers, and returns
 // how many times a delivery was sent so far.
 func (b *bundle) startCounting(t *testing.T) (*Dispatcher, func(id string) int) {
+	return b.startCountingOn(t, nil)
+}
+
+// startCountingOn is startCounting over st (nil: the bundle's store).
+func (b *bundle) startCountingOn(t *testing.T, st store.Store) (*Dispatcher, func(id string) int) {
 	var mu sync.Mutex
 	sent := map[string]int{}
-	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+	d := b.run(t, Config{Store: st, Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
 		mu.Lock()
 		sent[j.Delivery.ID]++
 		mu.Unlock()
 		return send.Outcome{Class: send.Delivered, StatusCode: 200}
-	}), 0)
+	})})
 	return d, func(id string) int {
 		mu.Lock()
 		defer mu.Unlock()
