@@ -340,32 +340,10 @@ func TestHandOffReservedBeforeALaneDropAsksTheStore(t *testing.T) {
 	d.Reserve(batch)
 	b.commit(t, batch)
 
-	off, on := sub, sub
-	off.State, off.DisabledReason, off.UpdatedAt = core.SubDisabled, "disabled by request", sub.UpdatedAt.Add(time.Millisecond)
-	on.UpdatedAt = sub.UpdatedAt.Add(2 * time.Millisecond)
-	for _, s := range []core.Subscription{off, on} {
-		if err := b.store.SubscriptionUpdate(context.Background(), s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.subs.Put(on) // what the reload read
-	d.Reloaded(map[string]bool{sub.ID: true})
+	b.disableAndReenableElsewhere(t, d, sub)
 	d.Notify([]core.Job{{Delivery: dl, Event: ev}})
 
-	after, ids := pendingBatch(sub, 1)
-	b.commit(t, after)
-	d.Wake(sub.Host, sub.ID)
-	testenv.Eventually(t, 5*time.Second, "the delivery made after the re-enable to be delivered", func() bool {
-		st, _, err := b.store.DeliveryGet(context.Background(), "", ids[0])
-		return err == nil && st.State == core.DeliveryDelivered
-	})
-	testenv.Eventually(t, 5*time.Second, "the lane to go idle", func() bool { return d.Stats().Window == 0 && d.Stats().Inflight == 0 })
-	if n := sends(dl.ID); n != 0 {
-		t.Errorf("the skipped delivery was sent %d times, want none", n)
-	}
-	if st, _, err := b.store.DeliveryGet(context.Background(), "", dl.ID); err != nil || st.State != core.DeliverySkipped {
-		t.Errorf("the delivery is %q (err %v), want skipped", st.State, err)
-	}
+	b.skippedNeverSent(t, d, sends, sub, dl.ID)
 }
 
 // A refill that read a delivery as pending before its lane was dropped
@@ -381,6 +359,17 @@ func TestRefillBegunBeforeALaneDropReadsAgain(t *testing.T) {
 	d, sends := b.startCountingOn(t, st) // its resync starts a refill
 	<-st.asked                           // which has read the delivery as pending
 
+	b.disableAndReenableElsewhere(t, d, sub)
+	close(st.release)
+
+	b.skippedNeverSent(t, d, sends, sub, id)
+}
+
+// disableAndReenableElsewhere has another node disable sub (its pending
+// deliveries written skipped) and make it active again, both heard here
+// in one reload.
+func (b *bundle) disableAndReenableElsewhere(t *testing.T, d *Dispatcher, sub core.Subscription) {
+	t.Helper()
 	off, on := sub, sub
 	off.State, off.DisabledReason, off.UpdatedAt = core.SubDisabled, "disabled by request", sub.UpdatedAt.Add(time.Millisecond)
 	on.UpdatedAt = sub.UpdatedAt.Add(2 * time.Millisecond)
@@ -391,8 +380,12 @@ func TestRefillBegunBeforeALaneDropReadsAgain(t *testing.T) {
 	}
 	b.subs.Put(on) // what the reload read
 	d.Reloaded(map[string]bool{sub.ID: true})
-	close(st.release)
+}
 
+// skippedNeverSent checks that the lane, once a delivery made after the
+// re-enable is delivered and it is idle, never sent the skipped one.
+func (b *bundle) skippedNeverSent(t *testing.T, d *Dispatcher, sends func(string) int, sub core.Subscription, skipped string) {
+	t.Helper()
 	after, ids := pendingBatch(sub, 1)
 	b.commit(t, after)
 	d.Wake(sub.Host, sub.ID)
@@ -401,10 +394,10 @@ func TestRefillBegunBeforeALaneDropReadsAgain(t *testing.T) {
 		return err == nil && dl.State == core.DeliveryDelivered
 	})
 	testenv.Eventually(t, 5*time.Second, "the lane to go idle", func() bool { return d.Stats().Window == 0 && d.Stats().Inflight == 0 })
-	if n := sends(id); n != 0 {
+	if n := sends(skipped); n != 0 {
 		t.Errorf("the skipped delivery was sent %d times, want none", n)
 	}
-	if dl, _, err := b.store.DeliveryGet(context.Background(), "", id); err != nil || dl.State != core.DeliverySkipped {
+	if dl, _, err := b.store.DeliveryGet(context.Background(), "", skipped); err != nil || dl.State != core.DeliverySkipped {
 		t.Errorf("the delivery is %q (err %v), want skipped", dl.State, err)
 	}
 }
