@@ -36,7 +36,11 @@ func openDirect(path string) (*zs.Conn, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	c.SetBusyTimeout(5e9)
-	for _, p := range []string{"PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA temp_store = MEMORY"} {
+	// cache_spill off: the WAL VFS may hold frames only of a commit being
+	// made (walvfs.go). A spill wrote a transaction's frames early; rolled
+	// back, they stayed gathered and were written later over frames the
+	// other writer had committed meanwhile.
+	for _, p := range []string{"PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA temp_store = MEMORY", "PRAGMA cache_spill = OFF"} {
 		if _, err := execDirect(c, p); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("sqlite: open %s: %s: %w", path, p, err)

@@ -21,6 +21,16 @@ import (
 // SQLite publishes it to readers through the WAL index), and before any
 // other call that reads, sizes, syncs or truncates the file. The database
 // file and every other file pass straight to the unix VFS.
+//
+// It needs its connection to run with cache_spill off (openDirect): then
+// SQLite writes a transaction's frames only as it commits, all in one go,
+// the commit frame last, so nothing is left gathered once a transaction
+// ends. A spill wrote frames early, which a rollback left gathered, to be
+// written later over what the other writer had committed; and a page
+// rewritten after a spill had SQLite rewrite the commit frame's header
+// after the commit frame, which stayed gathered.
+// TestWALVFSRolledBackTransactionWritesNothingLater and
+// TestWALVFSRewrittenPagesCommitWhole fail with spills on.
 
 const (
 	walVFSName = "hookd-wal"

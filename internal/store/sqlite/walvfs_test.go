@@ -131,3 +131,122 @@ func checkRows(t *testing.T, where string, c *zs.Conn, want map[int64][]byte) {
 		t.Fatalf("%s: %d rows, want %d", where, got, len(want))
 	}
 }
+
+// openDirectSmall opens the direct writer on a new database whose page
+// cache holds 20 pages: a transaction of more would spill, if it could.
+func openDirectSmall(t *testing.T, dir string) *zs.Conn {
+	t.Helper()
+	path := filepath.Join(dir, "h.db")
+	c, err := zs.OpenConn(path, zs.OpenReadWrite, zs.OpenCreate, zs.OpenWAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	w, err := openDirect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	for _, q := range []string{"PRAGMA cache_size = 20", "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)"} {
+		if _, err := execDirect(w, q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	return w
+}
+
+// A rolled-back transaction larger than the page cache leaves nothing for
+// the WAL VFS to write later: another connection's commits at the same
+// WAL offsets, made meanwhile, stay whole. (With cache spills, its early
+// frames stayed gathered and a later read by the direct writer wrote them
+// over the other's: "file is not a database".)
+func TestWALVFSRolledBackTransactionWritesNothingLater(t *testing.T) {
+	dir := t.TempDir()
+	w := openDirectSmall(t, dir)
+	if _, err := execDirect(w, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execDirect(w, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 200; id++ {
+		insertBlob(t, w, id, bytes.Repeat([]byte{1}, 3000))
+	}
+	if _, err := execDirect(w, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := zs.OpenConn(filepath.Join(dir, "h.db"), zs.OpenReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	want := map[int64][]byte{}
+	if _, err := execDirect(other, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 99; id++ {
+		want[id] = bytes.Repeat([]byte{byte(id)}, 3000)
+		insertBlob(t, other, id, want[id])
+	}
+	if _, err := execDirect(other, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	checkRows(t, "the direct writer, after the other's commit", w, want)
+	checkRows(t, "the other connection", other, want)
+}
+
+// A transaction that rewrites pages it already wrote commits whole with
+// synchronous = NORMAL: what a kill -9 leaves holds all of it. (With cache
+// spills, SQLite rewrote the commit frame's header after the commit frame,
+// and those 24 bytes stayed gathered: the copy held none of it.)
+func TestWALVFSRewrittenPagesCommitWhole(t *testing.T) {
+	dir := t.TempDir()
+	w := openDirectSmall(t, dir)
+	if _, err := execDirect(w, "PRAGMA synchronous = NORMAL"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64][]byte{}
+	if _, err := execDirect(w, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 199; id++ {
+		want[id] = bytes.Repeat([]byte{byte(id)}, 3000)
+		insertBlob(t, w, id, want[id])
+	}
+	for _, id := range []int64{1, 2, 3} {
+		want[id] = bytes.Repeat([]byte{0xee}, 3000)
+		st, err := w.Prepare("UPDATE t SET b = ? WHERE id = ?")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.BindBytes(1, want[id])
+		st.BindInt64(2, id)
+		if _, err := st.Step(); err != nil {
+			t.Fatal(err)
+		}
+		st.Reset()
+	}
+	if _, err := execDirect(w, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	copyDir := filepath.Join(dir, "copy")
+	if err := os.Mkdir(copyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"h.db", "h.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(copyDir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := zs.OpenConn(filepath.Join(copyDir, "h.db"), zs.OpenReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkRows(t, "the files' copy", c, want)
+}
