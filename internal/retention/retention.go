@@ -5,6 +5,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -69,11 +70,25 @@ func (p *Purger) loop() {
 // pass walks every event older than the window once; an error ends it and
 // the next one tries again.
 func (p *Purger) pass() {
-	began := time.Now()
 	if _, err := Pass(p.ctx, p.st, p.keep, p.log); err != nil && p.ctx.Err() == nil {
+		began := time.Now()
+		var bf *batchFailed
+		if errors.As(err, &bf) {
+			began = bf.began
+		}
 		p.outage.Report(p.log, "retention: removing old events", began, err)
 	}
 }
+
+// batchFailed is Pass's error with when the failing batch began: a pass
+// may outlast an outage's end, and the tracker asks when the call began.
+type batchFailed struct {
+	began time.Time
+	err   error
+}
+
+func (e *batchFailed) Error() string { return e.err.Error() }
+func (e *batchFailed) Unwrap() error { return e.err }
 
 // Pass removes, a batch at a time, every event older than keep and not
 // pending, and answers how many went (also logged). An error ends it: what
@@ -83,11 +98,12 @@ func Pass(ctx context.Context, st store.Store, keep time.Duration, log *slog.Log
 	var at store.PurgeCursor
 	removed := 0
 	for ctx.Err() == nil {
+		began := time.Now()
 		bctx, cancel := context.WithTimeout(ctx, time.Minute)
 		r, err := st.Purge(bctx, cutoff, at, batch)
 		cancel()
 		if err != nil {
-			return removed, fmt.Errorf("%w (removed %d)", err, removed)
+			return removed, &batchFailed{began: began, err: fmt.Errorf("%w (removed %d)", err, removed)}
 		}
 		removed += r.Removed
 		if r.Looked < batch {

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"hookd/internal/outage"
 	"hookd/internal/store"
 )
 
@@ -88,5 +89,73 @@ func TestPassesRemoveBatchesUntilShortHourly(t *testing.T) {
 			t.Fatalf("after an hour: calls %v, want a fourth with cutoff %v", got, start.Add(Every-keep))
 		}
 		p.Stop()
+	})
+}
+
+var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:5432: connection refused", store.ErrUnavailable)
+
+// slowThenDown takes 3 s over its first batch (full), then fails.
+type slowThenDown struct {
+	store.Store
+	calls int
+	tr    *outage.Tracker
+	then  error // tr.Err() as the second batch began
+}
+
+func (s *slowThenDown) Purge(context.Context, time.Time, store.PurgeCursor, int) (store.PurgeResult, error) {
+	s.calls++
+	if s.calls == 1 {
+		time.Sleep(3 * time.Second)
+		return store.PurgeResult{Looked: batch, Next: store.PurgeCursor{EventID: "evt_1"}}, nil
+	}
+	s.then = s.tr.Err()
+	return store.PurgeResult{}, errDown
+}
+
+// healthAfter fails its checks until up is set.
+type healthAfter struct {
+	mu sync.Mutex
+	up bool
+}
+
+func (h *healthAfter) check() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.up {
+		return nil
+	}
+	return errDown
+}
+func (h *healthAfter) HealthPing(context.Context) error  { return h.check() }
+func (h *healthAfter) HealthWrite(context.Context) error { return h.check() }
+func (h *healthAfter) HealthOutage(err error) error      { return err }
+
+// A pass begun during an outage that ended while its first batch ran, and
+// whose second batch then fails, reports a new outage: the failing batch
+// began after the end, though the pass did not.
+func TestAPassOutlastingAnOutageReportsTheNextOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &healthAfter{}
+		tr := outage.New(outage.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, h)
+		tr.Start()
+		defer tr.Stop()
+		tr.Fail(time.Now(), errDown) // an outage, begun before the pass
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st := &slowThenDown{tr: tr}
+		p := &Purger{st: st, keep: time.Hour, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outage: tr, ctx: ctx}
+		go func() {
+			time.Sleep(time.Second)
+			h.mu.Lock()
+			h.up = true // the next probe ends the outage, within the first batch
+			h.mu.Unlock()
+		}()
+		p.pass()
+		if st.then != nil {
+			t.Fatalf("the outage had not ended as the second batch began: %v", st.then)
+		}
+		if err := tr.Err(); err == nil {
+			t.Fatal("the second batch failed after the outage ended: want a new outage, Err is nil")
+		}
 	})
 }
