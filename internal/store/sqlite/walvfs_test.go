@@ -20,23 +20,8 @@ func TestWALVFSLeavesEveryCommitInTheFiles(t *testing.T) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		t.Run(sync, func(t *testing.T) {
 			dir := t.TempDir()
-			path := filepath.Join(dir, "h.db")
-			c, err := zs.OpenConn(path, zs.OpenReadWrite, zs.OpenCreate, zs.OpenWAL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Close()
-			w, err := openDirect(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			for _, q := range []string{"PRAGMA synchronous = " + sync, "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)"} {
-				if _, err := execDirect(w, q); err != nil {
-					t.Fatal(q, err)
-				}
-			}
-			live, err := zs.OpenConn(path, zs.OpenReadOnly)
+			w := newDirectT(t, dir, "PRAGMA synchronous = "+sync)
+			live, err := zs.OpenConn(filepath.Join(dir, "h.db"), zs.OpenReadOnly)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,23 +42,7 @@ func TestWALVFSLeavesEveryCommitInTheFiles(t *testing.T) {
 				if _, err := execDirect(w, "COMMIT"); err != nil {
 					t.Fatal(err)
 				}
-				copyDir := filepath.Join(dir, fmt.Sprintf("copy%d", commit))
-				if err := os.Mkdir(copyDir, 0o700); err != nil {
-					t.Fatal(err)
-				}
-				for _, name := range []string{"h.db", "h.db-wal"} {
-					b, err := os.ReadFile(filepath.Join(dir, name))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(filepath.Join(copyDir, name), b, 0o600); err != nil {
-						t.Fatal(err)
-					}
-				}
-				c, err := zs.OpenConn(filepath.Join(copyDir, "h.db"), zs.OpenReadWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
+				c := openCopy(t, dir, fmt.Sprintf("copy%d", commit))
 				checkRows(t, fmt.Sprintf("commit %d, the files' copy", commit), c, want)
 				c.Close()
 				checkRows(t, fmt.Sprintf("commit %d, a live reader", commit), live, want)
@@ -132,9 +101,9 @@ func checkRows(t *testing.T, where string, c *zs.Conn, want map[int64][]byte) {
 	}
 }
 
-// openDirectSmall opens the direct writer on a new database whose page
-// cache holds 20 pages: a transaction of more would spill, if it could.
-func openDirectSmall(t *testing.T, dir string) *zs.Conn {
+// newDirectT opens the direct writer on a new database dir/h.db, runs
+// pragmas on it and makes table t.
+func newDirectT(t *testing.T, dir string, pragmas ...string) *zs.Conn {
 	t.Helper()
 	path := filepath.Join(dir, "h.db")
 	c, err := zs.OpenConn(path, zs.OpenReadWrite, zs.OpenCreate, zs.OpenWAL)
@@ -147,12 +116,43 @@ func openDirectSmall(t *testing.T, dir string) *zs.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	for _, q := range []string{"PRAGMA cache_size = 20", "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)"} {
+	for _, q := range append(pragmas, "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB NOT NULL)") {
 		if _, err := execDirect(w, q); err != nil {
 			t.Fatal(q, err)
 		}
 	}
 	return w
+}
+
+// openDirectSmall is newDirectT with a page cache of 20 pages: a
+// transaction of more would spill, if it could.
+func openDirectSmall(t *testing.T, dir string) *zs.Conn {
+	t.Helper()
+	return newDirectT(t, dir, "PRAGMA cache_size = 20")
+}
+
+// openCopy copies dir's database and WAL, as they are now (what a kill -9
+// leaves), to dir/name and opens the copy.
+func openCopy(t *testing.T, dir, name string) *zs.Conn {
+	t.Helper()
+	copyDir := filepath.Join(dir, name)
+	if err := os.Mkdir(copyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"h.db", "h.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(copyDir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := zs.OpenConn(filepath.Join(copyDir, "h.db"), zs.OpenReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // A rolled-back transaction larger than the page cache leaves nothing for
@@ -230,23 +230,7 @@ func TestWALVFSRewrittenPagesCommitWhole(t *testing.T) {
 	if _, err := execDirect(w, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
-	copyDir := filepath.Join(dir, "copy")
-	if err := os.Mkdir(copyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"h.db", "h.db-wal"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(copyDir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := zs.OpenConn(filepath.Join(copyDir, "h.db"), zs.OpenReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openCopy(t, dir, "copy")
 	defer c.Close()
 	checkRows(t, "the files' copy", c, want)
 }
