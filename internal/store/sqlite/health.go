@@ -47,12 +47,22 @@ func (s *Store) HealthWrite(ctx context.Context) error {
 // LimitPages caps the database at n pages (PRAGMA max_page_count, on both
 // writer connections, until they close; SQLite never caps below the pages
 // in use) and returns the cap in force. Tests fill the store with it:
-// writes that need a new page then fail as on a full disk.
+// writes that need a new page then fail as on a full disk. Capping also
+// drops the probe's row and takes up every free page (table limit_fill,
+// dropped by the next LimitPages): a rewrite of the probe's row reuses the
+// pages it frees, and free pages would take a write a full disk refuses,
+// so an idle node's probe found a capped store writable once it had
+// written its row before the cap.
 func (s *Store) LimitPages(ctx context.Context, n int64) (int64, error) {
 	if err := s.lockWriter(ctx); err != nil {
 		return 0, err
 	}
 	defer s.unlockWriter()
+	for _, q := range []string{`DELETE FROM health_probe`, `DROP TABLE IF EXISTS limit_fill`} {
+		if _, err := s.w.ExecContext(ctx, q); err != nil {
+			return 0, fmt.Errorf("sqlite: limit pages: %w", err)
+		}
+	}
 	q := fmt.Sprintf(`PRAGMA max_page_count = %d`, n)
 	var got int64
 	if err := s.w.QueryRowContext(ctx, q).Scan(&got); err != nil {
@@ -61,7 +71,27 @@ func (s *Store) LimitPages(ctx context.Context, n int64) (int64, error) {
 	if _, err := queryRowDirect(s.d, q, nil, func(st *zs.Stmt) { got = min(got, st.ColumnInt64(0)) }); err != nil {
 		return 0, fmt.Errorf("sqlite: max_page_count: %w", err)
 	}
-	return got, nil
+	var pages int64
+	if err := s.w.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		return 0, fmt.Errorf("sqlite: page_count: %w", err)
+	}
+	if got > pages {
+		return got, nil // room to grow: nothing to take up
+	}
+	// A page a row until none is free (bounded: the cap stops growth).
+	for i := 0; ; i++ {
+		q := `INSERT INTO limit_fill (b) VALUES (zeroblob(3000))`
+		if i == 0 {
+			q = `CREATE TABLE limit_fill (b BLOB)`
+		}
+		_, err := s.w.ExecContext(ctx, q)
+		if errors.Is(mapErr(err), store.ErrFull) {
+			return got, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: limit pages: %w", err)
+		}
+	}
 }
 
 func (s *Store) HealthOutage(err error) error {

@@ -25,6 +25,11 @@ func TestFullDatabaseIsErrFull(t *testing.T) {
 	if err := s.HealthPing(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The probe's row written before the cap (an idle node's first probe):
+	// its rewrite must still find the store full.
+	if err := s.HealthWrite(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.LimitPages(ctx, 1); err != nil { // no page beyond those in use
 		t.Fatal(err)
 	}
