@@ -78,12 +78,9 @@ func (s *Store) LimitPages(ctx context.Context, n int64) (int64, error) {
 	if got > pages {
 		return got, nil // room to grow: nothing to take up
 	}
-	// A page a row until none is free (bounded: the cap stops growth).
-	for i := 0; ; i++ {
-		q := `INSERT INTO limit_fill (b) VALUES (zeroblob(3000))`
-		if i == 0 {
-			q = `CREATE TABLE limit_fill (b BLOB)`
-		}
+	// The table, then a page a row, until none is free (bounded: the cap
+	// stops growth).
+	for q := `CREATE TABLE limit_fill (b BLOB)`; ; q = `INSERT INTO limit_fill (b) VALUES (zeroblob(3000))` {
 		_, err := s.w.ExecContext(ctx, q)
 		if errors.Is(mapErr(err), store.ErrFull) {
 			return got, nil

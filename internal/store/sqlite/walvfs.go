@@ -103,7 +103,7 @@ func doRegisterWALVFS() error {
 // methods go through ours.
 func walOpen(tls *libc.TLS, _ uintptr, zName uintptr, f uintptr, flags int32, pOutFlags uintptr) int32 {
 	unix := (*lib.Tsqlite3_vfs)(at(walVFS.unix))
-	rc := callOpen(unix.FxOpen)(tls, walVFS.unix, zName, f, flags, pOutFlags)
+	rc := cCall[func(*libc.TLS, uintptr, uintptr, uintptr, int32, uintptr) int32](unix.FxOpen)(tls, walVFS.unix, zName, f, flags, pOutFlags)
 	if rc != lib.SQLITE_OK || flags&lib.SQLITE_OPEN_WAL == 0 {
 		return rc
 	}
@@ -189,7 +189,7 @@ func flushWAL(tls *libc.TLS, f uintptr, w *walFile) int32 {
 // writePieces writes n bytes at z to the file at off, in pieces the unix
 // VFS writes whole.
 func writePieces(tls *libc.TLS, f uintptr, w *walFile, z uintptr, n, off int64) int32 {
-	write := callRW(origMethods(w).FxWrite)
+	write := cCall[rwFunc](origMethods(w).FxWrite)
 	for done := int64(0); done < n; {
 		piece := min(n-done, walMaxWrite)
 		if rc := write(tls, f, z+uintptr(done), int32(piece), off+done); rc != lib.SQLITE_OK {
@@ -205,7 +205,7 @@ func walRead(tls *libc.TLS, f, z uintptr, n int32, off int64) int32 {
 	if rc := flushWAL(tls, f, w); rc != lib.SQLITE_OK {
 		return rc
 	}
-	return callRW(origMethods(w).FxRead)(tls, f, z, n, off)
+	return cCall[rwFunc](origMethods(w).FxRead)(tls, f, z, n, off)
 }
 
 func walTruncate(tls *libc.TLS, f uintptr, size int64) int32 {
@@ -213,7 +213,7 @@ func walTruncate(tls *libc.TLS, f uintptr, size int64) int32 {
 	if rc := flushWAL(tls, f, w); rc != lib.SQLITE_OK {
 		return rc
 	}
-	return (*(*func(*libc.TLS, uintptr, int64) int32)(unsafe.Pointer(&struct{ uintptr }{origMethods(w).FxTruncate})))(tls, f, size)
+	return cCall[func(*libc.TLS, uintptr, int64) int32](origMethods(w).FxTruncate)(tls, f, size)
 }
 
 func walSync(tls *libc.TLS, f uintptr, flags int32) int32 {
@@ -221,7 +221,7 @@ func walSync(tls *libc.TLS, f uintptr, flags int32) int32 {
 	if rc := flushWAL(tls, f, w); rc != lib.SQLITE_OK {
 		return rc
 	}
-	return (*(*func(*libc.TLS, uintptr, int32) int32)(unsafe.Pointer(&struct{ uintptr }{origMethods(w).FxSync})))(tls, f, flags)
+	return cCall[func(*libc.TLS, uintptr, int32) int32](origMethods(w).FxSync)(tls, f, flags)
 }
 
 func walFileSize(tls *libc.TLS, f, pSize uintptr) int32 {
@@ -229,7 +229,7 @@ func walFileSize(tls *libc.TLS, f, pSize uintptr) int32 {
 	if rc := flushWAL(tls, f, w); rc != lib.SQLITE_OK {
 		return rc
 	}
-	return (*(*func(*libc.TLS, uintptr, uintptr) int32)(unsafe.Pointer(&struct{ uintptr }{origMethods(w).FxFileSize})))(tls, f, pSize)
+	return cCall[func(*libc.TLS, uintptr, uintptr) int32](origMethods(w).FxFileSize)(tls, f, pSize)
 }
 
 func walFileControl(tls *libc.TLS, f uintptr, op int32, pArg uintptr) int32 {
@@ -237,7 +237,7 @@ func walFileControl(tls *libc.TLS, f uintptr, op int32, pArg uintptr) int32 {
 	if rc := flushWAL(tls, f, w); rc != lib.SQLITE_OK {
 		return rc
 	}
-	return (*(*func(*libc.TLS, uintptr, int32, uintptr) int32)(unsafe.Pointer(&struct{ uintptr }{origMethods(w).FxFileControl})))(tls, f, op, pArg)
+	return cCall[func(*libc.TLS, uintptr, int32, uintptr) int32](origMethods(w).FxFileControl)(tls, f, op, pArg)
 }
 
 // walClose writes what is gathered, then closes the file as the unix VFS
@@ -249,7 +249,7 @@ func walClose(tls *libc.TLS, f uintptr) int32 {
 	lib.Xsqlite3_free(tls, w.buf)
 	*w = walFile{}
 	(*lib.Tsqlite3_file)(at(f)).FpMethods = orig
-	if crc := (*(*func(*libc.TLS, uintptr) int32)(unsafe.Pointer(&struct{ uintptr }{(*lib.Tsqlite3_io_methods)(at(orig)).FxClose})))(tls, f); rc == lib.SQLITE_OK {
+	if crc := cCall[func(*libc.TLS, uintptr) int32]((*lib.Tsqlite3_io_methods)(at(orig)).FxClose)(tls, f); rc == lib.SQLITE_OK {
 		rc = crc
 	}
 	return rc
@@ -261,18 +261,17 @@ func origMethods(w *walFile) *lib.Tsqlite3_io_methods {
 	return (*lib.Tsqlite3_io_methods)(at(w.orig))
 }
 
-func callRW(fp uintptr) func(*libc.TLS, uintptr, uintptr, int32, int64) int32 {
-	return *(*func(*libc.TLS, uintptr, uintptr, int32, int64) int32)(unsafe.Pointer(&struct{ uintptr }{fp}))
-}
-
-func callOpen(fp uintptr) func(*libc.TLS, uintptr, uintptr, uintptr, int32, uintptr) int32 {
-	return *(*func(*libc.TLS, uintptr, uintptr, uintptr, int32, uintptr) int32)(unsafe.Pointer(&struct{ uintptr }{fp}))
-}
+// rwFunc is xRead's and xWrite's signature.
+type rwFunc = func(*libc.TLS, uintptr, uintptr, int32, int64) int32
 
 // cFunc is a Go function as SQLite's C (modernc's translation) calls it:
 // the function value's pointer (golang.org/s/go11func), as modernc's
 // generated code makes one. f must be a top-level function.
 func cFunc[T any](f T) uintptr { return *(*uintptr)(unsafe.Pointer(&struct{ f T }{f})) }
+
+// cCall is cFunc's inverse: the C function pointer fp as a Go function
+// of type T, to call.
+func cCall[T any](fp uintptr) T { return *(*T)(unsafe.Pointer(&fp)) }
 
 // at is the C memory at p as a pointer; it is not Go's, so no collector
 // moves or frees it.

@@ -53,16 +53,22 @@ func TestWALVFSLeavesEveryCommitInTheFiles(t *testing.T) {
 
 func insertBlob(t *testing.T, c *zs.Conn, id int64, b []byte) {
 	t.Helper()
+	if err := insertRow(c, id, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// insertRow inserts one row of t.
+func insertRow(c *zs.Conn, id int64, b []byte) error {
 	st, err := c.Prepare("INSERT INTO t (id, b) VALUES (?, ?)")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
+	defer st.Reset()
 	st.BindInt64(1, id)
 	st.BindBytes(2, b)
-	if _, err := st.Step(); err != nil {
-		t.Fatal(err)
-	}
-	st.Reset()
+	_, err = st.Step()
+	return err
 }
 
 func checkRows(t *testing.T, where string, c *zs.Conn, want map[int64][]byte) {
