@@ -129,6 +129,20 @@ func (s *Store) ensurePartitions(ctx context.Context, now time.Time) error {
 }
 
 func makeDay(ctx context.Context, tx pgx.Tx, table, name, lo, hi string) error {
+	// A day dropped (detached, its files not yet removed by dropDetached)
+	// and wanted again, as after a cutoff past the days ahead: the
+	// leftover goes first. Under partitionLock nothing else makes or
+	// removes it meanwhile; an attached one is never dropped here.
+	var leftover bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class
+		WHERE oid = to_regclass($1) AND relkind = 'r' AND NOT relispartition)`, name).Scan(&leftover); err != nil {
+		return err
+	}
+	if leftover {
+		if _, err := tx.Exec(ctx, `DROP TABLE `+name); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`, name, table)); err != nil {
 		return err
 	}
@@ -239,17 +253,38 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 
 // dropDetached drops the day tables no longer attached: those dropDay
 // detached, and any a crash left detached before it could drop them. A
-// table's files go outside the parents' lock.
+// table's files go outside the parents' lock, but under partitionLock: a
+// day of the same name made again meanwhile (makeDay) is never taken for
+// a leftover. Busy (the lock not had in time), it is left to the next pass.
 func (s *Store) dropDetached(ctx context.Context) error {
-	rows, _ := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
-		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
-			AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$' ORDER BY 1`)
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(names) == 0 {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `SELECT c.relname FROM pg_class c
+			WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+				AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$' ORDER BY 1`)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(names) == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DROP TABLE `+strings.Join(names, ", "))
 		return err
+	})
+	if busy(err) {
+		return nil
 	}
-	_, err = s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(names, ", ")) // another node may be at it too
 	return err
+}
+
+// busy is a lock not had within lock_timeout, or a deadlock (the other
+// side's transaction is retried): the next pass tries again.
+func busy(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01")
 }
 
 // errKept ends a drop's transaction, rolling it back, when its day stays.
@@ -360,14 +395,8 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		// now is retried by the next pass's dropDays, which reports it.
 		s.dropDetached(ctx)
 	}
-	var pe *pgconn.PgError
 	switch {
-	case errors.Is(err, errKept):
-		return 0, nil
-	case errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01"):
-		// Lock not available within the timeout, or a deadlock (the other
-		// side's transaction is retried): busy now, the next pass tries
-		// again.
+	case errors.Is(err, errKept), busy(err):
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)

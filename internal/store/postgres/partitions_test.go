@@ -306,3 +306,43 @@ func TestUpgradeKeepsHistoryInTheLegacyPartition(t *testing.T) {
 		t.Errorf("the removed event's key still answers %s", again[0].EventID)
 	}
 }
+
+// A day dropped (detached, its files not yet removed) and wanted again is
+// made again: a purge with a cutoff past the days ahead drops them all,
+// and another node's next pass makes them while the first has still to
+// remove the detached tables.
+func TestADroppedDayIsMadeAgain(t *testing.T) {
+	s := openURL(t, testenv.PostgresSchema(t))
+	ctx := t.Context()
+	now := time.Now().UTC()
+	last := dayName(now.Truncate(24 * time.Hour).Add(3 * 24 * time.Hour))
+	for _, p := range partitioned {
+		if _, err := s.pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, p.table, p.table+last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ensurePartitions(ctx, now); err != nil {
+		t.Fatalf("making the dropped day again: %v", err)
+	}
+	for _, p := range partitioned {
+		var attached bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1))`, p.table+last).Scan(&attached); err != nil {
+			t.Fatal(err)
+		}
+		if !attached {
+			t.Errorf("%s is not attached again", p.table+last)
+		}
+	}
+	sub := activeSub(t, s, "h.example:443")
+	at := now.Truncate(24 * time.Hour).Add(4*24*time.Hour - time.Millisecond)
+	if _, err := s.EventInsertBatch(ctx, []store.EventInsert{eventAt(at, 0, "", sub)}); err != nil {
+		t.Fatalf("an event of the day made again: %v", err)
+	}
+	// What dropDetached removes now is nothing of the day made again.
+	if err := s.dropDetached(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `id >= $1`, core.IDFloor("dlv", at.Truncate(24*time.Hour))); n != 1 {
+		t.Errorf("%d deliveries in the day made again after removing detached days, want 1", n)
+	}
+}
