@@ -30,7 +30,10 @@ func openDirect(path string) (*zs.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	uri := (&url.URL{Scheme: "file", Path: abs, RawQuery: "vfs=" + walVFSName}).String()
+	// psow=1 (SQLite's default here, pinned): a FULL commit is not padded
+	// to a sector boundary with extra frames; the WAL VFS keeps those whole
+	// too (TestWALVFSPaddedCommitIsPublishedWhole).
+	uri := (&url.URL{Scheme: "file", Path: abs, RawQuery: "vfs=" + walVFSName + "&psow=1"}).String()
 	c, err := zs.OpenConn(uri, zs.OpenReadWrite, zs.OpenWAL, zs.OpenURI)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)

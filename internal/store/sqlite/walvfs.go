@@ -51,7 +51,7 @@ type walFile struct {
 	buf    uintptr // walBufSize bytes of C memory
 	off    int64   // the file offset of buf[0]
 	n      int64   // bytes gathered in buf
-	commit int32   // the last write was a commit frame's header: its page ends the commit
+	commit int32   // the last frame header written was a commit frame's: writes go through until the next header
 }
 
 var walVFS struct {
@@ -158,7 +158,6 @@ func walWrite(tls *libc.TLS, f, z uintptr, n int32, off int64) int32 {
 		}
 	}
 	if int64(n) > walBufSize {
-		w.commit = 0
 		return writePieces(tls, f, w, z, int64(n), off)
 	}
 	if w.n == 0 {
@@ -167,13 +166,21 @@ func walWrite(tls *libc.TLS, f, z uintptr, n int32, off int64) int32 {
 	src := unsafe.Slice((*byte)(at(z)), n)
 	copy(unsafe.Slice((*byte)(at(w.buf+uintptr(w.n))), n), src)
 	w.n += int64(n)
+	if n == walFrameHeader {
+		// A frame header's bytes 4–7 are the database's size after a commit
+		// frame, 0 on any other. Every write after a commit frame's header
+		// goes through until the next other frame's header: its page, and
+		// what SQLite may write after it, e.g. padding frames to a sector
+		// boundary split at the sync (psow=0), which it publishes with the
+		// commit.
+		w.commit = 0
+		if (src[4] | src[5] | src[6] | src[7]) != 0 {
+			w.commit = 1
+		}
+		return lib.SQLITE_OK
+	}
 	if commit {
 		return flushWAL(tls, f, w)
-	}
-	// A frame header's bytes 4–7 are the database's size after a commit
-	// frame, 0 on any other.
-	if n == walFrameHeader && (src[4]|src[5]|src[6]|src[7]) != 0 {
-		w.commit = 1
 	}
 	return lib.SQLITE_OK
 }
@@ -182,7 +189,7 @@ func walWrite(tls *libc.TLS, f, z uintptr, n int32, off int64) int32 {
 // rewrites a failed commit's frames from its own pages.
 func flushWAL(tls *libc.TLS, f uintptr, w *walFile) int32 {
 	n := w.n
-	w.n, w.commit = 0, 0
+	w.n = 0
 	return writePieces(tls, f, w, w.buf, n, w.off)
 }
 
