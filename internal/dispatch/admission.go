@@ -20,6 +20,8 @@ const (
 	breakerMaxOpen     = 30 * time.Minute
 	hostMinFailing     = 3           // endpoints failing at once before it is the host's failure
 	activeWindow       = time.Minute // an endpoint that sent this recently shares its host's cap
+	useDecay           = time.Minute // how long a lane's holding of slots weighs on its turn (usage)
+	quickHold          = time.Second // attempts that keep a slot longer make an endpoint slow (share)
 	hostPauseWindow    = time.Minute // two endpoints told to wait within this may pause their tenant's endpoints or their host (pause)
 	rampStart          = 0.10        // share of the destination's rate admitted when it recovers
 	rampDuration       = 5 * time.Minute

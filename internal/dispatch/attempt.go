@@ -88,6 +88,7 @@ func (d *Dispatcher) startLocked(h *host, l *lane, sub *core.Subscription, now t
 	l.lastStart = now
 	a := attemptArgs{h: h, l: l, sub: sub, j: j, hostProbe: h.breaker.started(), laneProbe: l.breaker.started()}
 	h.inflight++
+	l.account(now)
 	l.inflight++
 	if d.sent[l.subID] == nil {
 		d.sent[l.subID] = map[string]*lane{}
@@ -160,9 +161,12 @@ func (d *Dispatcher) attempt(a attemptArgs) {
 		d.results.add(r)
 		d.mu.Lock()
 	}
+	now := time.Now()
 	a.h.inflight--
+	a.l.account(now)
+	a.l.heldFor(out.Duration)
 	a.l.inflight--
-	d.pumpLocked(a.h, time.Now())
+	d.pumpLocked(a.h, now)
 	d.mu.Unlock()
 }
 

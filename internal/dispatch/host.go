@@ -84,6 +84,12 @@ type lane struct {
 	// lastStart is the last attempt's start: sending within activeWindow
 	// counts the lane toward its host's fair share even while it is idle.
 	lastStart time.Time
+	// use is the slot-seconds the lane has held, decaying over useDecay,
+	// as of useAt: its recent share of the host's time (see usage).
+	use   float64
+	useAt time.Time
+	// hold is how long its attempts keep a slot, averaged (see quick).
+	hold time.Duration
 
 	// The endpoint's own admission: outcomes of its attempts (a failed
 	// connection is its host's, not counted here), its breaker and the ramp
@@ -144,6 +150,37 @@ func (l *lane) active(now time.Time) bool {
 func (l *lane) held(now time.Time) bool {
 	return now.Before(l.pauseUntil) || (l.breaker.state == open && now.Before(l.breaker.retryAt))
 }
+
+// usage is the lane's slot-seconds held, each second's weight decaying
+// over useDecay: about the slots it holds on average times useDecay. With
+// more active endpoints than slots every floor is one slot, and ties go to
+// the lane that has held the least: slow endpoints that always take the
+// slot they free would otherwise keep the host to themselves.
+func (l *lane) usage(now time.Time) float64 {
+	dt := now.Sub(l.useAt).Seconds()
+	if dt <= 0 {
+		return l.use
+	}
+	full := float64(l.inflight) * useDecay.Seconds() // where holding inflight slots tends
+	return full + (l.use-full)*math.Exp(-dt/useDecay.Seconds())
+}
+
+// account brings usage up to now: called before inflight changes.
+func (l *lane) account(now time.Time) {
+	l.use, l.useAt = l.usage(now), now
+}
+
+// heldFor notes how long one attempt kept its slot.
+func (l *lane) heldFor(d time.Duration) {
+	if l.hold == 0 {
+		l.hold = d
+		return
+	}
+	l.hold += (d - l.hold) / 4
+}
+
+// quick: the endpoint's attempts give their slot back within quickHold.
+func (l *lane) quick() bool { return l.hold < quickHold }
 
 // endpoint is what the host's rules count as one endpoint: the URL, so one
 // URL subscribed several times (a type each) is one handler, not several.
@@ -231,6 +268,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
 	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
+	l.use, l.useAt, l.hold = 0, time.Time{}, 0
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -290,7 +328,14 @@ func (l *lane) healthy(now time.Time) bool {
 // endpoints that hang would hold all ten slots and a sixth, healthy one
 // would wait for their timeouts. An idle host's cap goes to its one busy
 // endpoint.
-type share struct{ floor, ceil, claimed int }
+//
+// With more active endpoints than slots, what of the quick endpoints' share
+// of the cap they do not hold is kept back from the slow ones (attempts
+// that hold a slot for quickHold or more) while quick ones have nothing in
+// flight (reserve): slow endpoints free their slots seldom, and a slot
+// a quick one gave back a moment ago would go to them, so that the quick
+// ones would wait behind them for seconds.
+type share struct{ floor, ceil, claimed, reserve int }
 
 func (h *host) share(hostCap int, now time.Time) share {
 	active := 0
@@ -307,17 +352,30 @@ func (h *host) share(hostCap int, now time.Time) share {
 // need beyond what they hold, each floor no more than the endpoint may use
 // (its max_concurrency, its ramp): a slot set aside for one that cannot
 // take it would sit idle.
-func (d *Dispatcher) claimLocked(h *host, sh share, now time.Time) share {
-	sh.claimed = 0
+func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) share {
+	sh.claimed, sh.reserve = 0, 0
+	active, quick, quickIdle, quickHeld := 0, 0, 0, 0
 	for id, l := range h.lanes {
 		if !l.active(now) {
 			continue
+		}
+		active++
+		if l.quick() {
+			quick, quickHeld = quick+1, quickHeld+l.inflight
+			if l.inflight == 0 {
+				quickIdle++
+			}
 		}
 		n := sh.floor
 		if sub, ok := d.cfg.Subs.Get(id); ok {
 			n = l.limit(sub, n, now)
 		}
 		sh.claimed += max(0, n-l.inflight)
+	}
+	// A reserve out of one slot would keep the slow endpoints out entirely.
+	if active > hostCap && hostCap > 1 && quickIdle > 0 {
+		fair := max(1, quick*hostCap/active) // the quick endpoints' share of the cap
+		sh.reserve = min(quickIdle, max(0, fair-quickHeld))
 	}
 	return sh
 }
@@ -329,6 +387,11 @@ func (sh share) of(l *lane, h *host, hostCap int) int {
 		return sh.ceil
 	}
 	return sh.floor
+}
+
+// reserved: starting l would take the slot kept back for quick endpoints.
+func (sh share) reserved(l *lane, h *host, hostCap int) bool {
+	return sh.reserve > 0 && !l.quick() && hostCap-h.inflight-1 < sh.reserve
 }
 
 // limit is how many attempts the endpoint may hold: its fair share, or
@@ -369,12 +432,16 @@ func (l *lane) admits(limit int, rate float64, now time.Time) bool {
 // from memory (it stays in the store as it should).
 func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (*lane, *core.Subscription) {
 	probe := h.breaker.state == halfOpen
-	sh = d.claimLocked(h, sh, now)
+	sh = d.claimLocked(h, sh, hostCap, now)
 	var best, healthy *lane
 	var bestSub, healthySub *core.Subscription
-	bestFailing := false
+	bestFailing, bestUse := false, 0.0
 	for id, l := range h.lanes {
-		if l.queued() == 0 || (!probe && best != nil && (l.inflight > best.inflight || l.inflight == best.inflight && !bestFailing)) {
+		if l.queued() == 0 {
+			continue
+		}
+		use := l.usage(now)
+		if !probe && best != nil && (l.inflight > best.inflight || l.inflight == best.inflight && !bestFailing && use >= bestUse) {
 			continue
 		}
 		sub, ok := d.cfg.Subs.Get(id)
@@ -387,15 +454,16 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 			continue
 		}
 		l.url, l.tenant = sub.URL, sub.TenantID
-		if !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
+		if sh.reserved(l, h, hostCap) || !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
 			continue
 		}
 		// Only for a lent slot: among lanes at their floor (ties at none in
 		// flight, on a host with more active endpoints than slots) a lane
 		// that failed once would never be picked again, and stay failing.
 		failing := l.inflight >= sh.floor && l.failing(now)
-		if best == nil || l.inflight < best.inflight || l.inflight == best.inflight && bestFailing && !failing {
-			best, bestSub, bestFailing = l, sub, failing
+		if best == nil || l.inflight < best.inflight ||
+			l.inflight == best.inflight && (bestFailing && !failing || bestFailing == failing && use < bestUse) {
+			best, bestSub, bestFailing, bestUse = l, sub, failing, use
 		}
 		if probe && !l.failing(now) && (healthy == nil || l.inflight < healthy.inflight) {
 			healthy, healthySub = l, sub

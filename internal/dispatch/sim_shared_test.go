@@ -8,6 +8,7 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -617,4 +618,83 @@ func TestSimSlotsACappedPathCannotUseAreLent(t *testing.T) {
 			t.Errorf("the two uncapped paths made %d attempts in a minute, want about 474 (nine slots busy)", n)
 		}
 	})
+}
+
+// One tenant's ten paths answer 200 after 9 s, each with more work than it
+// can take; the host's cap is 10, so they alone would hold every slot.
+// Beside them quick healthy paths keep their lag once the slow paths'
+// first answers show them slow: a sparse one (an event every 5 s), a busy
+// one (ten a second) and four that need two slots between them (ten a
+// second, 50 ms answers). A slot is kept back from the slow paths for the
+// quick ones, and a lane's turn at a freed slot goes by how little of the
+// host's time it has held: by chance, a freed slot went to one of the
+// slow paths waiting (busy path waited 2.2 s). Before the slow paths'
+// first answers nothing tells them from quick ones, and what was posted
+// then waits for the first slots to free.
+func TestSimSlowPathsOutnumberingTheCapLeaveOthersTheirTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var subsOf []core.Subscription
+		for i := range 10 {
+			_, sub := s.path(gateway, fmt.Sprintf("slow%d", i), fmt.Sprintf("sim.slow%d", i), ok(9*time.Second))
+			subsOf = append(subsOf, sub)
+		}
+		busy, bsub := s.path(gateway, "busy", "sim.busy", ok(20*time.Millisecond))
+		sparse, ssub := s.path(gateway, "sparse", "sim.sparse", ok(20*time.Millisecond))
+		var pair []*endpoint
+		var pairSubs []core.Subscription
+		for i := range 4 {
+			ep, sub := s.path(gateway, fmt.Sprintf("pair%d", i), fmt.Sprintf("sim.pair%d", i), ok(50*time.Millisecond))
+			pair, pairSubs = append(pair, ep), append(pairSubs, sub)
+		}
+		s.start()
+		known := time.Now().Add(30 * time.Second) // the slow paths' first answers are in, and what waited for them went
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, time.Second, 2*time.Minute)
+		s.traffic(&wg, bsub.EventTypes[0], 100*time.Millisecond, 2*time.Minute)
+		s.traffic(&wg, ssub.EventTypes[0], 5*time.Second, 2*time.Minute)
+		s.gatewayTraffic(&wg, pairSubs, 100*time.Millisecond, 2*time.Minute)
+		wg.Wait()
+		time.Sleep(10 * time.Second) // the last deliveries land
+		busyEarly, busyLags := s.lagsSplit(busy, known)
+		sparseEarly, sparseLags := s.lagsSplit(sparse, known)
+		var pairLags []time.Duration
+		pairCount := 0
+		for _, ep := range pair {
+			early, late := s.lagsSplit(ep, known)
+			pairLags, pairCount = append(pairLags, late...), pairCount+len(early)+len(late)
+		}
+		slices.Sort(pairLags)
+		s.stop()
+		if n, m := len(busyEarly)+len(busyLags), len(sparseEarly)+len(sparseLags); n != 1200 || m != 24 || pairCount != 4800 {
+			t.Fatalf("healthy paths beside ten slow ones: busy got %d of 1200, sparse %d of 24, the four %d of 4800", n, m, pairCount)
+		}
+		t.Logf("posted in the first 30 s: busy path's lag max %s, sparse path's %s", pct(busyEarly, 1), pct(sparseEarly, 1))
+		for _, p := range []struct {
+			name string
+			lags []time.Duration
+		}{{"busy", busyLags}, {"sparse", sparseLags}, {"four's", pairLags}} {
+			t.Logf("after: %s path's lag p50 %s, p99 %s, max %s", p.name, pct(p.lags, 0.5), pct(p.lags, 0.99), pct(p.lags, 1))
+			if most := pct(p.lags, 1); most > 500*time.Millisecond {
+				t.Errorf("the %s healthy path waited %s beside ten slow paths", p.name, most)
+			}
+		}
+	})
+}
+
+// lagsSplit is lags, split by whether the event was posted before at.
+func (s *sim) lagsSplit(ep *endpoint, at time.Time) (before, after []time.Duration) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for id, got := range ep.delivered {
+		created := s.created(id)
+		if created.Before(at) {
+			before = append(before, got.Sub(created))
+		} else {
+			after = append(after, got.Sub(created))
+		}
+	}
+	slices.Sort(before)
+	slices.Sort(after)
+	return before, after
 }
