@@ -29,6 +29,11 @@ type host struct {
 	pauseUntil time.Time
 	told       map[string]ask
 	wakeAt     time.Time // the wake-up queued for this host, if any
+	// served holds endpoints forgotten while idle whose last attempt
+	// succeeded, and when: within the breaker's look-back they still show
+	// the server works (mostEndpointsFailing).
+	served      map[string]time.Time
+	servedPrune int // the size of served at which it is next pruned
 }
 
 // cause is what opened a host's circuit.
@@ -545,7 +550,10 @@ func maxTime(a, b time.Time) time.Time {
 // (its last attempt, within the breaker's look-back, succeeded: then the
 // server works, and holding that endpoint for the others' failures is what
 // per-endpoint circuits exist to prevent), and most of the host's attempts
-// failing over the look-back. Its lanes are counted no more than once a
+// failing over the look-back. An endpoint serving counts however long it
+// has been idle within the look-back, forgotten or not: one that sends
+// every few minutes was held by a circuit three paths of another tenant
+// opened while it was not counted. Its lanes are counted no more than once a
 // second: that walks every one.
 func (h *host) mostEndpointsFailing(now time.Time) bool {
 	if !h.outcomes.tripping(now, failures) || now.Sub(h.judgedAt) < time.Second {
@@ -554,13 +562,24 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 	h.judgedAt = now
 	seen := map[string]bool{} // endpoint → failing
 	serving := map[string]bool{}
+	present := map[string]bool{}
 	for _, l := range h.lanes {
+		present[l.endpoint()] = true
 		bad := l.failing(now)
-		if bad || l.active(now) {
+		works := !bad && l.served(now)
+		if bad || works || l.active(now) {
 			seen[l.endpoint()] = seen[l.endpoint()] || bad
 		}
-		if !bad && l.served(now) {
+		if works {
 			serving[l.endpoint()] = true
+		}
+	}
+	for ep, at := range h.served {
+		switch {
+		case now.Sub(at) > breakerLookback:
+			delete(h.served, ep)
+		case !present[ep]:
+			seen[ep], serving[ep] = false, true
 		}
 	}
 	failing, active, working := 0, len(seen), 0
@@ -649,11 +668,32 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 			now.Before(l.rememberUntil()) {
 			continue
 		}
+		if m, ok := l.outcomes.last(); ok && !m.fail && l.url != "" {
+			h.remember(l.url, time.Unix(0, m.at), now)
+		}
 		delete(h.lanes, id)
 	}
 	if len(h.lanes) == 0 && h.inflight == 0 && !now.Before(h.rememberUntil()) {
 		delete(d.hosts, h.name)
 	}
+}
+
+// remember notes that a forgotten endpoint's last attempt succeeded at at.
+// What has left the look-back goes whenever the record has doubled since.
+func (h *host) remember(endpoint string, at, now time.Time) {
+	if h.served == nil {
+		h.served = map[string]time.Time{}
+	}
+	h.served[endpoint] = at
+	if len(h.served) < h.servedPrune {
+		return
+	}
+	for ep, t := range h.served {
+		if now.Sub(t) > breakerLookback {
+			delete(h.served, ep)
+		}
+	}
+	h.servedPrune = max(64, 2*len(h.served))
 }
 
 // rememberUntil is when an idle lane's admission state stops mattering: its

@@ -698,3 +698,44 @@ func (s *sim) lagsSplit(ep *endpoint, at time.Time) (before, after []time.Durati
 	slices.Sort(after)
 	return before, after
 }
+
+// Three paths of one tenant answer 500 all along; a fourth, another
+// tenant's, gets an event every 75 s and answers at once. Idle between its
+// events, it is still the evidence that the server works: the host's
+// circuit must not open on the three and hold it (an outside run saw it
+// wait 3.8 s and 25.9 s, health saying held by the host circuit).
+func TestSimIdleServedPathKeepsTheHostOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		s.tenant("other")
+		var subsOf []core.Subscription
+		for i := range 3 {
+			_, sub := s.path(gateway, fmt.Sprintf("bad%d", i), fmt.Sprintf("sim.bad%d", i),
+				func(time.Time, int, string) reply { return reply{status: 500, latency: 5 * time.Millisecond} })
+			subsOf = append(subsOf, sub)
+		}
+		idle, watch := s.path(gateway, "idle", "sim.idle", ok(20*time.Millisecond), tenantOf("other"))
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, 200*time.Millisecond, 8*time.Minute)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 6 {
+				s.postAs("other", watch.EventTypes[0], "")
+				time.Sleep(75 * time.Second)
+			}
+		}()
+		wg.Wait()
+		time.Sleep(10 * time.Second)
+		lags := s.lags(idle)
+		s.stop()
+		if len(lags) != 6 {
+			t.Fatalf("the idle path got %d of its 6 events", len(lags))
+		}
+		t.Logf("idle path's lags %v", lags)
+		if most := pct(lags, 1); most > time.Second {
+			t.Errorf("the idle served path waited %s beside three failing paths", most)
+		}
+	})
+}
