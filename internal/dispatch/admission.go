@@ -28,8 +28,10 @@ const (
 	rampHealthyRatio   = 0.9 // the ramp advances at full speed while this share of attempts succeed
 	rampSlow           = 3   // and this many times slower otherwise
 	rampLookback       = 10 * time.Second
-	backlogFloor       = 0.2 // share of a lane's starts kept for its oldest work
-	aimdCut            = 0.5 // a 429 halves the endpoint's rate
+	rampMinBase        = 10.0        // deliveries/s: the least rate a ramp without rate_limit is a share of
+	goneHold           = time.Minute // an endpoint that answered 410 sends nothing more while its disable runs, up to this
+	backlogFloor       = 0.2         // share of a lane's starts kept for its oldest work
+	aimdCut            = 0.5         // a 429 halves the endpoint's rate
 	aimdRecoverPerSec  = 0.05
 	aimdMinRate        = 0.5 // deliveries/s: a cut never stops an endpoint entirely
 	observedRateWindow = 10 * time.Second

@@ -200,10 +200,12 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		}
 	case h.breaker.state != closed:
 	case out.Conn && h.outcomes.tripping(now, connections):
+		h.noteRates(now)
 		h.breaker.trip(now)
 		h.cause = byConnections
 		d.hostFailingLocked(h, out, now)
 	case failed && h.mostEndpointsFailing(now):
+		h.noteRates(now)
 		h.breaker.trip(now)
 		h.cause = byEndpoints
 		d.hostFailingLocked(h, out, now)
@@ -223,11 +225,18 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 				l.ramp.start(now)
 			}
 		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
+			l.noteRate(now)
 			l.breaker.trip(now)
 			d.failingLocked(l.subID, "endpoint_circuit_open", out.StatusCode, out.Err, now)
 		}
 	}
 
+	if out.Class == send.Gone {
+		// Its subscription is being disabled (once the result is written):
+		// what the lane holds must not go meanwhile. goneHold bounds the
+		// wait should the disable fail; the next 410 tries again.
+		l.pauseUntil = maxTime(l.pauseUntil, now.Add(goneHold))
+	}
 	if out.StatusCode == 429 {
 		t := l.outcomes.sum(now, observedRateWindow)
 		l.aimd.cut(now, float64(t.n)/observedRateWindow.Seconds())
@@ -365,7 +374,8 @@ func (d *Dispatcher) settledLocked(r result) {
 // on it (attempt).
 func (d *Dispatcher) disableAsync(subID, reason string) {
 	d.mu.Lock()
-	if d.disabling[subID] {
+	// A 410 whose result was written after the disable landed needs none.
+	if sub, ok := d.cfg.Subs.Get(subID); d.disabling[subID] || ok && sub.State != core.SubActive {
 		d.mu.Unlock()
 		return
 	}

@@ -95,6 +95,10 @@ type lane struct {
 	useAt time.Time
 	// hold is how long its attempts keep a slot, averaged (see quick).
 	hold time.Duration
+	// before is the attempts a second it made in the minute before its
+	// own or its host's circuit last opened: with no rate_limit, what the
+	// recovery ramp's rate is a share of.
+	before float64
 
 	// The endpoint's own admission: outcomes of its attempts (a failed
 	// connection is its host's, not counted here), its breaker and the ramp
@@ -273,7 +277,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
 	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
-	l.use, l.useAt, l.hold = 0, time.Time{}, 0
+	l.use, l.useAt, l.hold, l.before = 0, time.Time{}, 0, 0
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -410,12 +414,33 @@ func (l *lane) limit(sub *core.Subscription, share int, now time.Time) int {
 }
 
 // rate is the endpoint's rate_limit, ramped after its own or its host's
-// circuit closed (0: unlimited).
+// circuit closed (0: unlimited). With no rate_limit the ramp is a share of
+// what the endpoint took before the circuit opened (at least
+// rampMinBase): a ramp of concurrency alone let one attempt in flight send
+// a recovered endpoint 3,000 deliveries a second of its backlog.
 func (h *host) rate(l *lane, sub *core.Subscription, now time.Time) float64 {
-	if sub.RateLimit <= 0 {
-		return 0
+	factor := l.rampFactor(now) * h.rampFactor(now)
+	rate := sub.RateLimit
+	if rate <= 0 {
+		if factor >= 1 {
+			return 0
+		}
+		rate = max(l.before, rampMinBase)
 	}
-	return sub.RateLimit * l.rampFactor(now) * h.rampFactor(now)
+	return rate * factor
+}
+
+// noteRate keeps the endpoint's attempts a second over the last minute,
+// as its circuit (or its host's) opens.
+func (l *lane) noteRate(now time.Time) {
+	l.before = float64(l.outcomes.sum(now, breakerWindow).n) / breakerWindow.Seconds()
+}
+
+// noteRates is noteRate for every endpoint of a host whose circuit opens.
+func (h *host) noteRates(now time.Time) {
+	for _, l := range h.lanes {
+		l.noteRate(now)
+	}
 }
 
 // admits is the endpoint half of admission: its pause, its circuit, its
@@ -605,6 +630,7 @@ func (h *host) settleEndpoints(probe *lane, probeWasFailing bool, now time.Time)
 		case probeWasFailing:
 			l.outcomes = window{}
 		case l != probe && l.breaker.state == closed && l.failing(now):
+			l.noteRate(now)
 			l.breaker.trip(now)
 		}
 	}

@@ -480,6 +480,69 @@ func TestSimOutageRecoveryFollowsRampAndRate(t *testing.T) {
 	})
 }
 
+// With no rate_limit, the ramp after a circuit closes is a share of the
+// rate the endpoint took before it failed: 20 events a second for two
+// minutes, 500s for ten, then quick 200s. The backlog of ten minutes must
+// not all arrive at once (an outside run: 2,400 in 0.8 s with one attempt
+// in flight). When the ramp ends, what is left of it goes at the host's
+// share.
+func TestSimRecoveryWithoutRateLimitRampsTheRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		downAt, upAt := start.Add(2*time.Minute), start.Add(12*time.Minute)
+		ep, sub := s.endpoint("flaky", func(now time.Time, n int, _ string) reply {
+			if !now.Before(downAt) && now.Before(upAt) {
+				return reply{status: 500, latency: 5 * time.Millisecond}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.flaky", 50*time.Millisecond, 20*time.Minute)
+		wg.Wait()
+		time.Sleep(10 * time.Minute)
+		states := s.states(sub)
+		s.stop()
+
+		var closedAt time.Time
+		perSec := map[int64]int{}
+		for _, a := range ep.snapshot() {
+			if a.class != send.Delivered || a.start.Before(upAt) {
+				continue
+			}
+			if closedAt.IsZero() {
+				closedAt = a.end
+			}
+			perSec[a.start.Unix()]++
+		}
+		if closedAt.IsZero() {
+			t.Fatal("the endpoint's circuit never closed")
+		}
+		// The rate before: 20 a second, and the retries of the failing
+		// minute (30 a second is generous).
+		const before = 30.0
+		busiest := 0
+		for sec, n := range perSec {
+			since := time.Unix(sec, 0).Sub(closedAt).Seconds()
+			// The ramp's last second holds its end, after which what is
+			// left of the backlog goes at the host's share.
+			if since < 0 || since >= rampDuration.Seconds()-1 {
+				continue
+			}
+			busiest = max(busiest, n)
+			allowed := before * min(1, rampStart+(1-rampStart)*(since+1)/rampDuration.Seconds())
+			if float64(n) > allowed+1 {
+				t.Errorf("%d deliveries in the second at +%.0fs after recovery, allowed %.1f", n, since, allowed)
+			}
+		}
+		if states[core.DeliveryDelivered] != len(s.posted) || states[core.DeliveryPending] != 0 {
+			t.Errorf("states %v for %d events", states, len(s.posted))
+		}
+		t.Logf("circuit closed %s after the endpoint came back; busiest second of the ramp %d", closedAt.Sub(upAt), busiest)
+	})
+}
+
 func TestSimFairShareOnOneHost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
@@ -828,6 +891,43 @@ func TestSimDisablingAGoneEndpointStallsNoOne(t *testing.T) {
 			t.Errorf("gone endpoint's subscription is %s, want disabled", sub.State)
 		}
 		s.stop()
+	})
+}
+
+// An endpoint answers 410 with a hundred deliveries queued, and disabling
+// its subscription takes 5 s: what was in flight when the first 410 came
+// back is all it gets (an outside run counted 36 more requests in 42 ms),
+// and the subscription is disabled once, not once per 410.
+func TestSimGoneEndpointGetsNothingMoreWhileItsDisableRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, gone := s.endpoint("gone", func(time.Time, int, string) reply { return reply{status: 410, latency: 10 * time.Millisecond} })
+		s.store = slowUpdate{Store: s.store, delay: 5 * time.Second}
+		var disables atomic.Int32
+		s.start(func(c *Config) {
+			disable := c.Disable
+			c.Disable = func(ctx context.Context, id, reason string) error {
+				disables.Add(1)
+				return disable(ctx, id, reason)
+			}
+		})
+		for range 100 {
+			s.post("sim.gone", "")
+		}
+		time.Sleep(time.Minute)
+		states := s.states(gone)
+		s.stop()
+		n := len(ep.snapshot())
+		t.Logf("attempts %d, disables %d, states %v", n, disables.Load(), states)
+		if n > 10 {
+			t.Errorf("the endpoint that answered 410 got %d attempts, want no more than the 10 in flight", n)
+		}
+		if sub, _ := s.subs.Get(gone.ID); sub.State != core.SubDisabled || disables.Load() != 1 {
+			t.Errorf("subscription %s after %d disables, want disabled once", sub.State, disables.Load())
+		}
+		if states[core.DeliverySkipped]+states[core.DeliveryFailed] != 100 {
+			t.Errorf("states %v, want every delivery failed or skipped", states)
+		}
 	})
 }
 
