@@ -237,10 +237,16 @@ func TestSimHostOutageProbesOnceForTheHost(t *testing.T) {
 // gatewayPaths adds n subscriptions at paths p0… of the gateway host,
 // each to its own event type, all behaving alike.
 func (s *sim) gatewayPaths(n int, behave behaviour) ([]*endpoint, []core.Subscription) {
+	return s.pathsNamed("p", n, behave)
+}
+
+// pathsNamed adds n paths of gateway, <name>0 and on, each to its own type
+// sim.<name><i>.
+func (s *sim) pathsNamed(name string, n int, behave behaviour) ([]*endpoint, []core.Subscription) {
 	var eps []*endpoint
 	var subsOf []core.Subscription
 	for i := range n {
-		ep, sub := s.path(gateway, fmt.Sprintf("p%d", i), fmt.Sprintf("sim.p%d", i), behave)
+		ep, sub := s.path(gateway, fmt.Sprintf("%s%d", name, i), fmt.Sprintf("sim.%s%d", name, i), behave)
 		eps = append(eps, ep)
 		subsOf = append(subsOf, sub)
 	}
@@ -567,11 +573,7 @@ func TestSimOneTenantsPathsAllToldWaitTogether(t *testing.T) {
 func TestSimPathThatFailedOnceIsNotStarvedOnABusyHost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
-		var subsOf []core.Subscription
-		for i := range 20 {
-			_, sub := s.path(gateway, fmt.Sprintf("busy%d", i), fmt.Sprintf("sim.busy%d", i), ok(200*time.Millisecond))
-			subsOf = append(subsOf, sub)
-		}
+		_, subsOf := s.pathsNamed("busy", 20, ok(200*time.Millisecond))
 		flaky, fsub := s.path(gateway, "flaky", "sim.flaky", func(_ time.Time, n int, _ string) reply {
 			if n == 0 {
 				return reply{status: 500, latency: 5 * time.Millisecond}
@@ -626,27 +628,18 @@ func TestSimSlotsACappedPathCannotUseAreLent(t *testing.T) {
 // first answers show them slow: a sparse one (an event every 5 s), a busy
 // one (ten a second) and four that need two slots between them (ten a
 // second, 50 ms answers). A slot is kept back from the slow paths for the
-// quick ones, and a lane's turn at a freed slot goes by how little of the
-// host's time it has held: by chance, a freed slot went to one of the
-// slow paths waiting (busy path waited 2.2 s). Before the slow paths'
-// first answers nothing tells them from quick ones, and what was posted
-// then waits for the first slots to free.
+// quick ones (without it the sparse path waited 6 s), and a lane's turn at
+// a freed slot goes by how little of the host's time it has held (without
+// it one of the four waited 3.9 s). Before the slow paths' first answers
+// nothing tells them from quick ones, and what was posted then waits for
+// the first slots to free.
 func TestSimSlowPathsOutnumberingTheCapLeaveOthersTheirTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
-		var subsOf []core.Subscription
-		for i := range 10 {
-			_, sub := s.path(gateway, fmt.Sprintf("slow%d", i), fmt.Sprintf("sim.slow%d", i), ok(9*time.Second))
-			subsOf = append(subsOf, sub)
-		}
+		_, subsOf := s.pathsNamed("slow", 10, ok(9*time.Second))
 		busy, bsub := s.path(gateway, "busy", "sim.busy", ok(20*time.Millisecond))
 		sparse, ssub := s.path(gateway, "sparse", "sim.sparse", ok(20*time.Millisecond))
-		var pair []*endpoint
-		var pairSubs []core.Subscription
-		for i := range 4 {
-			ep, sub := s.path(gateway, fmt.Sprintf("pair%d", i), fmt.Sprintf("sim.pair%d", i), ok(50*time.Millisecond))
-			pair, pairSubs = append(pair, ep), append(pairSubs, sub)
-		}
+		pair, pairSubs := s.pathsNamed("pair", 4, ok(50*time.Millisecond))
 		s.start()
 		known := time.Now().Add(30 * time.Second) // the slow paths' first answers are in, and what waited for them went
 		var wg sync.WaitGroup
