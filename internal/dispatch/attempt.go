@@ -49,6 +49,7 @@ func (d *Dispatcher) stepLocked(h *host, now time.Time) {
 	}
 	for _, l := range h.lanes {
 		d.trimFreshLocked(h, l, now)
+		l.caughtUp(now)
 		if at := d.refillAt(l); len(l.backlog) <= d.cfg.Window/2 && !l.refilling && !at.IsZero() && !at.After(now) {
 			// The refill consumes storeDue; anything due that appears while
 			// it runs (a hand-off that overflowed) sets it again.
@@ -194,6 +195,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		if h.breaker.probed(now, ok) {
 			h.outcomes = window{} // a fresh start: old failures do not reopen it
 			h.ramp.start(now)
+			h.catchUp()
 			if h.cause == byEndpoints {
 				h.settleEndpoints(l, wasFailing, now)
 			}
@@ -223,6 +225,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 			if l.breaker.probed(now, !failed) {
 				l.outcomes = window{}
 				l.ramp.start(now)
+				l.catchingUp = true
 			}
 		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
 			l.noteRate(now)

@@ -99,6 +99,9 @@ type lane struct {
 	// own or its host's circuit last opened: with no rate_limit, what the
 	// recovery ramp's rate is a share of.
 	before float64
+	// catchingUp: its circuit (or its host's) closed and the backlog it
+	// left is not yet sent; with no rate_limit it is paced meanwhile.
+	catchingUp bool
 
 	// The endpoint's own admission: outcomes of its attempts (a failed
 	// connection is its host's, not counted here), its breaker and the ramp
@@ -277,7 +280,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
 	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
-	l.use, l.useAt, l.hold, l.before = 0, time.Time{}, 0, 0
+	l.use, l.useAt, l.hold, l.before, l.catchingUp = 0, time.Time{}, 0, 0, false
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -416,18 +419,38 @@ func (l *lane) limit(sub *core.Subscription, share int, now time.Time) int {
 // rate is the endpoint's rate_limit, ramped after its own or its host's
 // circuit closed (0: unlimited). With no rate_limit the ramp is a share of
 // what the endpoint took before the circuit opened (at least
-// rampMinBase): a ramp of concurrency alone let one attempt in flight send
-// a recovered endpoint 3,000 deliveries a second of its backlog.
+// rampMinBase), and after it the backlog drains at catchUpFactor times that
+// until it is gone: a ramp of concurrency alone let one attempt in flight
+// send a recovered endpoint 3,000 deliveries a second of its backlog, and
+// the ramp's end with nothing after it 218 a second to one that took 20.
 func (h *host) rate(l *lane, sub *core.Subscription, now time.Time) float64 {
 	factor := l.rampFactor(now) * h.rampFactor(now)
-	rate := sub.RateLimit
-	if rate <= 0 {
-		if factor >= 1 {
-			return 0
-		}
-		rate = max(l.before, rampMinBase)
+	if sub.RateLimit > 0 {
+		return sub.RateLimit * factor
 	}
-	return rate * factor
+	base := max(l.before, rampMinBase)
+	switch {
+	case factor < 1:
+		return base * factor
+	case l.catchingUp:
+		return base * catchUpFactor
+	}
+	return 0
+}
+
+// caughtUp ends the lane's catch-up once nothing of its backlog is left:
+// nothing queued, and nothing the store holds due now.
+func (l *lane) caughtUp(now time.Time) {
+	if l.catchingUp && l.queued() == 0 && !l.refilling && (l.storeDue.IsZero() || l.storeDue.After(now)) {
+		l.catchingUp = false
+	}
+}
+
+// catchUp starts every lane's catch-up as the host's circuit closes.
+func (h *host) catchUp() {
+	for _, l := range h.lanes {
+		l.catchingUp = true
+	}
 }
 
 // noteRate keeps the endpoint's attempts a second over the last minute,
