@@ -29,7 +29,6 @@ const (
 	rampSlow           = 3   // and this many times slower otherwise
 	rampLookback       = 10 * time.Second
 	rampMinBase        = 10.0        // deliveries/s: the least rate a ramp without rate_limit is a share of
-	catchUpFactor      = 2.0         // after the ramp, a backlog without rate_limit drains at this times the rate before
 	goneHold           = time.Minute // an endpoint that answered 410 sends nothing more while its disable runs, up to this
 	backlogFloor       = 0.2         // share of a lane's starts kept for its oldest work
 	aimdCut            = 0.5         // a 429 halves the endpoint's rate

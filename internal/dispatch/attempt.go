@@ -225,7 +225,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 			if l.breaker.probed(now, !failed) {
 				l.outcomes = window{}
 				l.ramp.start(now)
-				l.catchingUp = true
+				l.catchUp()
 			}
 		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
 			l.noteRate(now)
@@ -378,7 +378,7 @@ func (d *Dispatcher) settledLocked(r result) {
 func (d *Dispatcher) disableAsync(subID, reason string) {
 	d.mu.Lock()
 	// A 410 whose result was written after the disable landed needs none.
-	if sub, ok := d.cfg.Subs.Get(subID); d.disabling[subID] || ok && sub.State != core.SubActive {
+	if sub, ok := d.cfg.Subs.Get(subID); d.disabling[subID] || ok && sub.State == core.SubDisabled {
 		d.mu.Unlock()
 		return
 	}

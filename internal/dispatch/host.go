@@ -100,8 +100,10 @@ type lane struct {
 	// recovery ramp's rate is a share of.
 	before float64
 	// catchingUp: its circuit (or its host's) closed and the backlog it
-	// left is not yet sent; with no rate_limit it is paced meanwhile.
+	// left is not yet sent; with no rate_limit it is paced meanwhile, at
+	// a rate doubling from catchUpAt (the ramp's end) until then.
 	catchingUp bool
+	catchUpAt  time.Time
 
 	// The endpoint's own admission: outcomes of its attempts (a failed
 	// connection is its host's, not counted here), its breaker and the ramp
@@ -280,7 +282,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
 	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
-	l.use, l.useAt, l.hold, l.before, l.catchingUp = 0, time.Time{}, 0, 0, false
+	l.use, l.useAt, l.hold, l.before, l.catchingUp, l.catchUpAt = 0, time.Time{}, 0, 0, false, time.Time{}
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -418,11 +420,15 @@ func (l *lane) limit(sub *core.Subscription, share int, now time.Time) int {
 
 // rate is the endpoint's rate_limit, ramped after its own or its host's
 // circuit closed (0: unlimited). With no rate_limit the ramp is a share of
-// what the endpoint took before the circuit opened (at least
-// rampMinBase), and after it the backlog drains at catchUpFactor times that
-// until it is gone: a ramp of concurrency alone let one attempt in flight
-// send a recovered endpoint 3,000 deliveries a second of its backlog, and
-// the ramp's end with nothing after it 218 a second to one that took 20.
+// what the endpoint took before the circuit opened (at least rampMinBase),
+// and after it the rate doubles every rampDuration while a backlog is left
+// (a catch-up budget): a ramp of concurrency alone let one attempt in
+// flight send a recovered endpoint 3,000 deliveries a second of its
+// backlog, and the ramp's end with nothing after it 218 a second to one
+// that took 20. Doubling, it overtakes any inflow soon, so the backlog
+// ends: a fixed pace (or a linear rise, from a low rate) ends only if the
+// rate before was measured right, and a hanging endpoint's was its
+// timeouts (under 1 a second for 50 events a second).
 func (h *host) rate(l *lane, sub *core.Subscription, now time.Time) float64 {
 	factor := l.rampFactor(now) * h.rampFactor(now)
 	if sub.RateLimit > 0 {
@@ -433,10 +439,16 @@ func (h *host) rate(l *lane, sub *core.Subscription, now time.Time) float64 {
 	case factor < 1:
 		return base * factor
 	case l.catchingUp:
-		return base * catchUpFactor
+		if l.catchUpAt.IsZero() {
+			l.catchUpAt = now // the first look after the ramp ended
+		}
+		return base * math.Pow(2, now.Sub(l.catchUpAt).Seconds()/rampDuration.Seconds())
 	}
 	return 0
 }
+
+// catchUp starts the lane's catch-up as its circuit or its host's closes.
+func (l *lane) catchUp() { l.catchingUp, l.catchUpAt = true, time.Time{} }
 
 // caughtUp ends the lane's catch-up once nothing of its backlog is left:
 // nothing queued, and nothing the store holds due now.
@@ -449,7 +461,7 @@ func (l *lane) caughtUp(now time.Time) {
 // catchUp starts every lane's catch-up as the host's circuit closes.
 func (h *host) catchUp() {
 	for _, l := range h.lanes {
-		l.catchingUp = true
+		l.catchUp()
 	}
 }
 
@@ -612,7 +624,9 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 	serving := map[string]bool{}
 	present := map[string]bool{}
 	for _, l := range h.lanes {
-		present[l.endpoint()] = true
+		if _, ok := l.outcomes.last(); ok { // else what the host remembers of it stands
+			present[l.endpoint()] = true
+		}
 		bad := l.failing(now)
 		works := !bad && l.served(now)
 		if bad || works || l.active(now) {
@@ -717,8 +731,12 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 			now.Before(l.rememberUntil()) {
 			continue
 		}
-		if m, ok := l.outcomes.last(); ok && !m.fail && l.url != "" {
-			h.remember(l.url, time.Unix(0, m.at), now)
+		if m, ok := l.outcomes.last(); ok && l.url != "" {
+			if m.fail {
+				delete(h.served, l.url) // an older success no longer says it works
+			} else {
+				h.remember(l.url, time.Unix(0, m.at), now)
+			}
 		}
 		delete(h.lanes, id)
 	}
@@ -770,9 +788,16 @@ func (l *lane) rememberUntil() time.Time {
 	return until
 }
 
-// rememberUntil is when an idle host's own state stops mattering.
+// rememberUntil is when an idle host's own state stops mattering: its
+// newest served record counts too, or a host forgotten with its one idle
+// endpoint would come back without the evidence that it works.
 func (h *host) rememberUntil() time.Time {
 	until := h.pauseUntil
+	for _, at := range h.served {
+		if t := at.Add(breakerLookback); t.After(until) {
+			until = t
+		}
+	}
 	if h.breaker.state == open && h.breaker.retryAt.After(until) {
 		until = h.breaker.retryAt
 	}

@@ -692,25 +692,27 @@ func (s *sim) lagsSplit(ep *endpoint, at time.Time) (before, after []time.Durati
 	return before, after
 }
 
-// Three paths of one tenant answer 500 all along; a fourth, another
-// tenant's, gets an event every 75 s and answers at once. Idle between its
-// events, it is still the evidence that the server works: the host's
-// circuit must not open on the three and hold it (an outside run saw it
-// wait 3.8 s and 25.9 s, health saying held by the host circuit).
+// Three paths of one tenant answer 500; a fourth, another tenant's, gets
+// an event every 75 s and answers at once. Idle between its events, it is
+// still the evidence that the server works: the host's circuit must not
+// open on the three and hold it (an outside run saw it wait 3.8 s and
+// 25.9 s, health saying held by the host circuit). "late": the three start
+// after the idle path's lane, and with it the whole host, was forgotten
+// (then the host's record of it was lost with the host: 23 s).
 func TestSimIdleServedPathKeepsTheHostOpen(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) { idleServed(t, late) })
+	}
+}
+
+func idleServed(t *testing.T, late bool) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
 		s.tenant("other")
-		var subsOf []core.Subscription
-		for i := range 3 {
-			_, sub := s.path(gateway, fmt.Sprintf("bad%d", i), fmt.Sprintf("sim.bad%d", i),
-				func(time.Time, int, string) reply { return reply{status: 500, latency: 5 * time.Millisecond} })
-			subsOf = append(subsOf, sub)
-		}
+		_, subsOf := s.pathsNamed("bad", 3, func(time.Time, int, string) reply { return reply{status: 500, latency: 5 * time.Millisecond} })
 		idle, watch := s.path(gateway, "idle", "sim.idle", ok(20*time.Millisecond), tenantOf("other"))
 		s.start()
 		var wg sync.WaitGroup
-		s.gatewayTraffic(&wg, subsOf, 200*time.Millisecond, 8*time.Minute)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -719,6 +721,16 @@ func TestSimIdleServedPathKeepsTheHostOpen(t *testing.T) {
 				time.Sleep(75 * time.Second)
 			}
 		}()
+		if late {
+			time.Sleep(70 * time.Second)
+			s.d.mu.Lock()
+			gone := s.d.hosts[gateway] == nil || len(s.d.hosts[gateway].lanes) == 0
+			s.d.mu.Unlock()
+			if !gone {
+				t.Fatal("the idle path's lane is still in memory after 70 s")
+			}
+		}
+		s.gatewayTraffic(&wg, subsOf, 200*time.Millisecond, 6*time.Minute)
 		wg.Wait()
 		time.Sleep(10 * time.Second)
 		lags := s.lags(idle)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -485,7 +486,7 @@ func TestSimOutageRecoveryFollowsRampAndRate(t *testing.T) {
 // minutes, 500s for ten, then quick 200s. The backlog of ten minutes must
 // not all arrive at once (an outside run: 2,400 in 0.8 s with one attempt
 // in flight), nor when the ramp ends (218 a second at once): what is left
-// drains at twice the rate before.
+// drains at a rate doubling every ramp's length from there.
 func TestSimRecoveryWithoutRateLimitRampsTheRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
@@ -529,10 +530,10 @@ func TestSimRecoveryWithoutRateLimitRampsTheRate(t *testing.T) {
 				continue
 			}
 			busiest = max(busiest, n)
-			// The ramp, then the catch-up at twice the rate before.
-			allowed := before * catchUpFactor
+			// The ramp, then the catch-up, doubling every ramp's length.
+			allowed := before * math.Pow(2, (since+1-rampDuration.Seconds())/rampDuration.Seconds())
 			if since < rampDuration.Seconds()-1 { // its last second holds its end
-				allowed = before * min(1, rampStart+(1-rampStart)*(since+1)/rampDuration.Seconds())
+				allowed = before * (rampStart + (1-rampStart)*(since+1)/rampDuration.Seconds())
 			}
 			if float64(n) > allowed+1 {
 				t.Errorf("%d deliveries in the second at +%.0fs after recovery, allowed %.1f", n, since, allowed)
@@ -542,6 +543,49 @@ func TestSimRecoveryWithoutRateLimitRampsTheRate(t *testing.T) {
 			t.Errorf("states %v for %d events", states, len(s.posted))
 		}
 		t.Logf("circuit closed %s after the endpoint came back; busiest second after %d", closedAt.Sub(upAt), busiest)
+	})
+}
+
+// An endpoint taking 50 events a second hangs for four minutes, so the
+// rate its circuit saw before opening was its timeouts (under 1 a second),
+// then answers at once again. The catch-up after the ramp rises until it
+// overtakes the inflow and the backlog is gone: paced at a fixed twice the
+// rate before (20 a second) it never drained (80,534 of 120,000 pending
+// after 40 minutes), and rising linearly at the ramp's pace it had not
+// (53,256).
+func TestSimCatchUpOvertakesItsInflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		downAt, upAt := start.Add(2*time.Minute), start.Add(6*time.Minute)
+		_, sub := s.endpoint("busy", func(now time.Time, n int, _ string) reply {
+			if !now.Before(downAt) && now.Before(upAt) {
+				return reply{hang: true}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.busy", 20*time.Millisecond, 40*time.Minute)
+		wg.Wait()
+		time.Sleep(time.Minute)
+		states := s.states(sub)
+		s.d.mu.Lock()
+		catching := 0
+		for _, h := range s.d.hosts {
+			for _, l := range h.lanes {
+				if l.catchingUp {
+					catching++
+				}
+			}
+		}
+		s.d.mu.Unlock()
+		s.stop()
+		t.Logf("states %v of %d posted", states, len(s.posted))
+		if states[core.DeliveryPending] > 0 || catching > 0 {
+			t.Errorf("%d deliveries pending and %d lanes catching up a minute after 34 minutes of a healthy endpoint",
+				states[core.DeliveryPending], catching)
+		}
 	})
 }
 
@@ -929,6 +973,34 @@ func TestSimGoneEndpointGetsNothingMoreWhileItsDisableRuns(t *testing.T) {
 		}
 		if states[core.DeliverySkipped]+states[core.DeliveryFailed] != 100 {
 			t.Errorf("states %v, want every delivery failed or skipped", states)
+		}
+	})
+}
+
+// A subscription paused while its endpoint's 410 is on the way is still
+// disabled: a pause is not the disable the 410 asks for, and resumed, the
+// endpoint would be sent its backlog again.
+func TestSimGoneWhilePausedIsStillDisabled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, gone := s.endpoint("gone", func(time.Time, int, string) reply { return reply{status: 410, latency: 2 * time.Second} })
+		s.start()
+		s.post("sim.gone", "")
+		time.Sleep(time.Second) // the attempt is on its way
+		if n := len(ep.snapshot()); n != 0 {
+			t.Fatalf("%d attempts ended within a second of a 2 s answer", n)
+		}
+		paused := gone
+		paused.State, paused.UpdatedAt = core.SubPaused, time.Now().UTC()
+		if err := s.store.SubscriptionUpdate(context.Background(), paused); err != nil {
+			t.Fatal(err)
+		}
+		s.subs.Put(paused)
+		time.Sleep(time.Minute)
+		sub, _ := s.subs.Get(gone.ID)
+		s.stop()
+		if sub.State != core.SubDisabled {
+			t.Errorf("subscription %s after its endpoint answered 410 while it was paused, want disabled", sub.State)
 		}
 	})
 }
