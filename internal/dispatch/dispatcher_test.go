@@ -97,8 +97,9 @@ func (b *bundle) start(t *testing.T, s Sender, window int) *Dispatcher {
 }
 
 // run starts a dispatcher on cfg, its store and registry defaulting to the
-// bundle's, and stops it when the test ends.
-func (b *bundle) run(t *testing.T, cfg Config) *Dispatcher {
+// bundle's, and stops it when the test ends. prepare runs on it before it
+// starts (and so before it first reads the store).
+func (b *bundle) run(t *testing.T, cfg Config, prepare ...func(*Dispatcher)) *Dispatcher {
 	t.Helper()
 	if cfg.Store == nil {
 		cfg.Store = b.store
@@ -110,6 +111,9 @@ func (b *bundle) run(t *testing.T, cfg Config) *Dispatcher {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	d := New(cfg)
+	for _, p := range prepare {
+		p(d)
+	}
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -418,19 +422,21 @@ func TestMovedSubscriptionIsSentOnceFromItsNewHost(t *testing.T) {
 	ids := b.pending(t, sub, 50)
 	var sent sync.Map // delivery ID → times sent
 	var fromOld atomic.Int64
-	d := b.start(t, senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+	// The old host pauses (a Retry-After) with the lane full. Paused
+	// before the dispatcher starts: paused after, its first refill could
+	// send some before the pause (under load, the lane then never held 50).
+	var old *host
+	d := b.run(t, Config{Window: 64, Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
 		n, _ := sent.LoadOrStore(j.Delivery.ID, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 		if j.Delivery.Host == "old.example:80" {
 			fromOld.Add(1)
 		}
 		return send.Outcome{Class: send.Delivered, StatusCode: 200}
-	}), 64)
-	// The old host pauses (a Retry-After) with the lane full.
-	d.mu.Lock()
-	old, _ := d.laneLocked(sub.Host, sub.ID)
-	old.pauseUntil = time.Now().Add(time.Hour)
-	d.mu.Unlock()
+	})}, func(d *Dispatcher) {
+		old, _ = d.laneLocked(sub.Host, sub.ID)
+		old.pauseUntil = time.Now().Add(time.Hour)
+	})
 	d.Wake(sub.Host, sub.ID)
 	testenv.Eventually(t, 5*time.Second, "the old lane holds the deliveries", func() bool {
 		w, _ := d.held(sub.Host)
