@@ -238,7 +238,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		// Its subscription is being disabled (once the result is written):
 		// what the lane holds must not go meanwhile. goneHold bounds the
 		// wait should the disable fail; the next 410 tries again.
-		l.pauseUntil = maxTime(l.pauseUntil, now.Add(goneHold))
+		l.goneAt = now
 	}
 	if out.StatusCode == 429 {
 		t := l.outcomes.sum(now, observedRateWindow)

@@ -112,6 +112,10 @@ type lane struct {
 	breaker    breaker
 	ramp       ramp
 	pauseUntil time.Time
+	// goneAt is its last 410: it sends nothing for goneHold after, while
+	// its subscription is being disabled, unless the subscription changes
+	// since (re-enabled: see ungone).
+	goneAt time.Time
 	// toldAt is its last Retry-After, servedAt the start of its last 2xx:
 	// whether it is serving, the evidence against pausing others (pause).
 	toldAt, servedAt time.Time
@@ -162,7 +166,19 @@ func (l *lane) active(now time.Time) bool {
 
 // held: the endpoint's own Retry-After or open circuit stops it now.
 func (l *lane) held(now time.Time) bool {
-	return now.Before(l.pauseUntil) || (l.breaker.state == open && now.Before(l.breaker.retryAt))
+	return now.Before(l.pauseUntil) || l.gone(now) || (l.breaker.state == open && now.Before(l.breaker.retryAt))
+}
+
+// gone: the endpoint answered 410 within goneHold.
+func (l *lane) gone(now time.Time) bool {
+	return !l.goneAt.IsZero() && now.Before(l.goneAt.Add(goneHold))
+}
+
+// ungone lifts the 410's hold of a subscription changed since (re-enabled).
+func (l *lane) ungone(sub *core.Subscription) {
+	if !l.goneAt.IsZero() && sub.UpdatedAt.After(l.goneAt) {
+		l.goneAt = time.Time{}
+	}
 }
 
 // usage is the lane's slot-seconds held, each second's weight decaying
@@ -225,7 +241,7 @@ func (l *lane) served(now time.Time) bool {
 // takesWork: neither the endpoint nor its host holds it back.
 func (h *host) takesWork(l *lane, now time.Time) bool {
 	return h.breaker.state == closed && !now.Before(h.pauseUntil) &&
-		l.breaker.state == closed && !now.Before(l.pauseUntil)
+		l.breaker.state == closed && !now.Before(l.pauseUntil) && !l.gone(now)
 }
 
 // freshCap is how many hand-offs a lane may hold. Beyond Window only
@@ -280,7 +296,7 @@ func (d *Dispatcher) dropLocked(l *lane) {
 func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	d.dropLocked(l)
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
-	l.breaker, l.ramp, l.pauseUntil, l.aimd = breaker{}, ramp{}, time.Time{}, aimd{}
+	l.breaker, l.ramp, l.pauseUntil, l.aimd, l.goneAt = breaker{}, ramp{}, time.Time{}, aimd{}, time.Time{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
 	l.use, l.useAt, l.hold, l.before, l.catchingUp, l.catchUpAt = 0, time.Time{}, 0, 0, false, time.Time{}
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
@@ -481,7 +497,7 @@ func (h *host) noteRates(now time.Time) {
 // admits is the endpoint half of admission: its pause, its circuit, its
 // share of the host, its 429 back-off and its rate limit.
 func (l *lane) admits(limit int, rate float64, now time.Time) bool {
-	if now.Before(l.pauseUntil) || !l.breaker.admits(now) || l.inflight >= limit {
+	if now.Before(l.pauseUntil) || l.gone(now) || !l.breaker.admits(now) || l.inflight >= limit {
 		return false
 	}
 	// Asked even with no cut in force, so the bucket owes nothing when one returns.
@@ -696,6 +712,9 @@ func (d *Dispatcher) nextWake(h *host, hostCap int, sh share, now time.Time) tim
 			earliest(l.breaker.retryAt)
 		}
 		earliest(l.pauseUntil)
+		if !l.goneAt.IsZero() {
+			earliest(l.goneAt.Add(goneHold))
+		}
 		if l.queued() == 0 {
 			if l.inflight == 0 {
 				earliest(l.rememberUntil()) // then forgetIdleLocked may let it go
@@ -783,6 +802,9 @@ func (l *lane) rememberUntil() time.Time {
 		later(l.breaker.retryAt)
 	}
 	later(l.pauseUntil)
+	if !l.goneAt.IsZero() {
+		later(l.goneAt.Add(goneHold))
+	}
 	later(l.aimd.liftAt())
 	later(l.ramp.staleAt())
 	return until

@@ -130,7 +130,8 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	if !d.ownsHostLocked(hostName) {
 		return
 	}
-	if sub, ok := d.cfg.Subs.Get(subID); !ok || sub.State != core.SubActive {
+	sub, ok := d.cfg.Subs.Get(subID)
+	if !ok || sub.State != core.SubActive {
 		// Disabled (its pending deliveries written skipped), paused or
 		// deleted: what its lane holds, if it has one, must not go out
 		// should the subscription be active again before it is next picked.
@@ -141,6 +142,7 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	}
 	now := time.Now()
 	h, l := d.laneLocked(hostName, subID)
+	l.ungone(sub)
 	l.due(now)
 	l.wokeAt = now
 	d.pumpLocked(h, now)
@@ -173,6 +175,7 @@ func (d *Dispatcher) Reloaded(changed map[string]bool) {
 			}
 			d.dropLocked(l)
 			if active {
+				l.ungone(sub)
 				l.due(now)
 				l.wokeAt = now
 				wake = true

@@ -1005,6 +1005,44 @@ func TestSimGoneWhilePausedIsStillDisabled(t *testing.T) {
 	})
 }
 
+// An endpoint answers 410 once; its subscription is disabled and then
+// re-enabled at once (its owner fixed it). What is posted next goes now,
+// not at the end of the 410's one-minute hold.
+func TestSimReenabledAfterA410SendsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, gone := s.endpoint("back", func(_ time.Time, n int, _ string) reply {
+			if n == 0 {
+				return reply{status: 410, latency: 5 * time.Millisecond}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		s.post("sim.back", "")
+		time.Sleep(5 * time.Second) // the 410, its result and the disable
+		sub, _ := s.subs.Get(gone.ID)
+		if sub.State != core.SubDisabled {
+			t.Fatalf("subscription %s after its 410, want disabled", sub.State)
+		}
+		again := *sub
+		again.State, again.DisabledReason, again.UpdatedAt = core.SubActive, "", time.Now().UTC()
+		if err := s.store.SubscriptionUpdate(context.Background(), again); err != nil {
+			t.Fatal(err)
+		}
+		s.subs.Put(again)
+		s.d.Wake(again.Host, again.ID)
+		id := s.post("sim.back", "")
+		time.Sleep(time.Second)
+		ep.mu.Lock()
+		_, got := ep.delivered[id]
+		ep.mu.Unlock()
+		s.stop()
+		if !got {
+			t.Error("the event posted after the re-enable was not delivered within a second")
+		}
+	})
+}
+
 // Health says until when an open circuit holds an endpoint, and counts the
 // last hour's attempts a minute each, all of them however many (the
 // success-rate ring keeps only 200).
