@@ -458,7 +458,8 @@ func (h *host) rate(l *lane, sub *core.Subscription, now time.Time) float64 {
 		if l.catchUpAt.IsZero() {
 			l.catchUpAt = now // the first look after the ramp ended
 		}
-		return base * math.Pow(2, now.Sub(l.catchUpAt).Seconds()/rampDuration.Seconds())
+		// Capped at a million times base (unpaced in effect): never +Inf.
+		return base * math.Pow(2, min(20, now.Sub(l.catchUpAt).Seconds()/rampDuration.Seconds()))
 	}
 	return 0
 }
