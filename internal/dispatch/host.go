@@ -359,12 +359,13 @@ func (l *lane) healthy(now time.Time) bool {
 // would wait for their timeouts. An idle host's cap goes to its one busy
 // endpoint.
 //
-// With more active endpoints than slots, what of the quick endpoints' share
-// of the cap they do not hold is kept back from the slow ones (attempts
-// that hold a slot for quickHold or more) while quick ones have nothing in
-// flight (reserve): slow endpoints free their slots seldom, and a slot
-// a quick one gave back a moment ago would go to them, so that the quick
-// ones would wait behind them for seconds.
+// With more active endpoints than slots, the slots the quick endpoints use
+// (no more than their share of the cap), less what they hold, are kept
+// back from the slow ones (attempts that hold a slot for quickHold or
+// more) while quick ones have nothing in flight (reserve): slow endpoints
+// free their slots seldom, and a slot a quick one gave back a moment ago
+// would go to them, so that the quick ones would wait behind them for
+// seconds.
 type share struct{ floor, ceil, claimed, reserve int }
 
 func (h *host) share(hostCap int, now time.Time) share {
@@ -384,14 +385,14 @@ func (h *host) share(hostCap int, now time.Time) share {
 // take it would sit idle.
 func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) share {
 	sh.claimed, sh.reserve = 0, 0
-	active, quick, quickIdle, quickHeld := 0, 0, 0, 0
+	active, quick, quickIdle, quickHeld, quickUse := 0, 0, 0, 0, 0.0
 	for id, l := range h.lanes {
 		if !l.active(now) {
 			continue
 		}
 		active++
 		if l.quick() {
-			quick, quickHeld = quick+1, quickHeld+l.inflight
+			quick, quickHeld, quickUse = quick+1, quickHeld+l.inflight, quickUse+l.usage(now)
 			if l.inflight == 0 {
 				quickIdle++
 			}
@@ -405,7 +406,12 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 	// A reserve out of one slot would keep the slow endpoints out entirely.
 	if active > hostCap && hostCap > 1 && quickIdle > 0 {
 		fair := max(1, quick*hostCap/active) // the quick endpoints' share of the cap
-		sh.reserve = min(quickIdle, max(0, fair-quickHeld))
+		// What they use: twice the slots they held on average lately (the
+		// average lags a rise by up to its minute: once 1 for 2.2 in use)
+		// and one to spare, rounded up. Kept at their share, 30 quick
+		// paths using 1.2 slots left five slow ones 2 of the 10 and 8 idle.
+		used := int(math.Ceil(2*quickUse/useDecay.Seconds() + 1))
+		sh.reserve = min(quickIdle, max(0, min(fair, used)-quickHeld))
 	}
 	return sh
 }

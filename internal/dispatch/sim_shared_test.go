@@ -744,3 +744,38 @@ func idleServed(t *testing.T, late bool) {
 		}
 	})
 }
+
+// Thirty quick paths (20 ms, two events a second each: about 1.2 slots
+// between them) and five slow ones (3 s) with more work than they can take,
+// on a host of cap 10. The slots kept for the quick paths follow what they
+// use, not their fair share of the cap: kept at their share (8 slots), the
+// slow paths had 2 in flight and 8 slots sat idle (an outside run: slow
+// paths at 0.6 deliveries a second against 1.5–2 before).
+func TestSimQuickPathsKeepOnlyTheSlotsTheyUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		quickEps, quickSubs := s.pathsNamed("quick", 30, ok(20*time.Millisecond))
+		slowEps, slowSubs := s.pathsNamed("slow", 5, ok(3*time.Second))
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, quickSubs, 500*time.Millisecond, 2*time.Minute)
+		s.gatewayTraffic(&wg, slowSubs, 500*time.Millisecond, 2*time.Minute)
+		wg.Wait()
+		var lags []time.Duration
+		for _, ep := range quickEps {
+			lags = append(lags, s.lags(ep)...)
+		}
+		slices.Sort(lags)
+		slow := len(attemptsOf(slowEps))
+		s.stop()
+		// One slot each (35 active endpoints, cap 10): five slow paths can
+		// hold five, 200 attempts of 3 s in two minutes.
+		t.Logf("slow paths' attempts %d; quick paths' %d deliveries, lag p99 %s, max %s", slow, len(lags), pct(lags, 0.99), pct(lags, 1))
+		if slow < 180 {
+			t.Errorf("the slow paths made %d attempts in two minutes, want about 200 (a slot each)", slow)
+		}
+		if len(lags) != 30*240 || pct(lags, 0.99) > 500*time.Millisecond {
+			t.Errorf("quick paths: %d of %d delivered, p99 lag %s", len(lags), 30*240, pct(lags, 0.99))
+		}
+	})
+}
