@@ -52,6 +52,16 @@ func ok(latency time.Duration) behaviour {
 	return func(time.Time, int, string) reply { return reply{status: 200, latency: latency} }
 }
 
+// downBetween answers down from from until to, and 200 in 5 ms otherwise.
+func downBetween(from, to time.Time, down reply) behaviour {
+	return func(now time.Time, _ int, _ string) reply {
+		if !now.Before(from) && now.Before(to) {
+			return down
+		}
+		return reply{status: 200, latency: 5 * time.Millisecond}
+	}
+}
+
 type simAttempt struct {
 	start, end time.Time
 	sub        string
@@ -492,12 +502,7 @@ func TestSimRecoveryWithoutRateLimitRampsTheRate(t *testing.T) {
 		s := newSim(t)
 		start := time.Now()
 		downAt, upAt := start.Add(2*time.Minute), start.Add(12*time.Minute)
-		ep, sub := s.endpoint("flaky", func(now time.Time, n int, _ string) reply {
-			if !now.Before(downAt) && now.Before(upAt) {
-				return reply{status: 500, latency: 5 * time.Millisecond}
-			}
-			return reply{status: 200, latency: 5 * time.Millisecond}
-		})
+		ep, sub := s.endpoint("flaky", downBetween(downAt, upAt, reply{status: 500, latency: 5 * time.Millisecond}))
 		s.start()
 		var wg sync.WaitGroup
 		s.traffic(&wg, "sim.flaky", 50*time.Millisecond, 20*time.Minute)
@@ -558,12 +563,7 @@ func TestSimCatchUpOvertakesItsInflow(t *testing.T) {
 		s := newSim(t)
 		start := time.Now()
 		downAt, upAt := start.Add(2*time.Minute), start.Add(6*time.Minute)
-		_, sub := s.endpoint("busy", func(now time.Time, n int, _ string) reply {
-			if !now.Before(downAt) && now.Before(upAt) {
-				return reply{hang: true}
-			}
-			return reply{status: 200, latency: 5 * time.Millisecond}
-		})
+		_, sub := s.endpoint("busy", downBetween(downAt, upAt, reply{hang: true}))
 		s.start()
 		var wg sync.WaitGroup
 		s.traffic(&wg, "sim.busy", 20*time.Millisecond, 40*time.Minute)
