@@ -170,8 +170,14 @@ func (l *lane) held(now time.Time) bool {
 }
 
 // gone: the endpoint answered 410 within goneHold.
-func (l *lane) gone(now time.Time) bool {
-	return !l.goneAt.IsZero() && now.Before(l.goneAt.Add(goneHold))
+func (l *lane) gone(now time.Time) bool { return now.Before(l.goneUntil()) }
+
+// goneUntil is when its 410's hold ends (zero: none).
+func (l *lane) goneUntil() time.Time {
+	if l.goneAt.IsZero() {
+		return time.Time{}
+	}
+	return l.goneAt.Add(goneHold)
 }
 
 // ungone lifts the 410's hold of a subscription changed since (re-enabled).
@@ -366,7 +372,7 @@ func (l *lane) healthy(now time.Time) bool {
 // free their slots seldom, and a slot a quick one gave back a moment ago
 // would go to them, so that the quick ones would wait behind them for
 // seconds.
-type share struct{ floor, ceil, claimed, reserve int }
+type share struct{ floor, ceil, active, claimed, reserve int }
 
 func (h *host) share(hostCap int, now time.Time) share {
 	active := 0
@@ -376,7 +382,7 @@ func (h *host) share(hostCap int, now time.Time) share {
 		}
 	}
 	n := max(1, active)
-	return share{floor: max(1, hostCap/n), ceil: max(1, (hostCap+n-1)/n)}
+	return share{floor: max(1, hostCap/n), ceil: max(1, (hostCap+n-1)/n), active: active}
 }
 
 // claimLocked sets sh.claimed: the slots the active endpoints' floors still
@@ -385,12 +391,11 @@ func (h *host) share(hostCap int, now time.Time) share {
 // take it would sit idle.
 func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) share {
 	sh.claimed, sh.reserve = 0, 0
-	active, quick, quickIdle, quickHeld, quickUse := 0, 0, 0, 0, 0.0
+	quick, quickIdle, quickHeld, quickUse := 0, 0, 0, 0.0
 	for id, l := range h.lanes {
 		if !l.active(now) {
 			continue
 		}
-		active++
 		if l.quick() {
 			quick, quickHeld, quickUse = quick+1, quickHeld+l.inflight, quickUse+l.usage(now)
 			if l.inflight == 0 {
@@ -404,8 +409,8 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 		sh.claimed += max(0, n-l.inflight)
 	}
 	// A reserve out of one slot would keep the slow endpoints out entirely.
-	if active > hostCap && hostCap > 1 && quickIdle > 0 {
-		fair := max(1, quick*hostCap/active) // the quick endpoints' share of the cap
+	if sh.active > hostCap && hostCap > 1 && quickIdle > 0 {
+		fair := max(1, quick*hostCap/sh.active) // the quick endpoints' share of the cap
 		// What they use: twice the slots they held on average lately (the
 		// average lags a rise by up to its minute: once 1 for 2.2 in use)
 		// and one to spare, rounded up. Kept at their share, 30 quick
@@ -719,9 +724,7 @@ func (d *Dispatcher) nextWake(h *host, hostCap int, sh share, now time.Time) tim
 			earliest(l.breaker.retryAt)
 		}
 		earliest(l.pauseUntil)
-		if !l.goneAt.IsZero() {
-			earliest(l.goneAt.Add(goneHold))
-		}
+		earliest(l.goneUntil())
 		if l.queued() == 0 {
 			if l.inflight == 0 {
 				earliest(l.rememberUntil()) // then forgetIdleLocked may let it go
@@ -757,12 +760,10 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 			now.Before(l.rememberUntil()) {
 			continue
 		}
-		if m, ok := l.outcomes.last(); ok && l.url != "" {
-			if m.fail {
-				delete(h.served, l.url) // an older success no longer says it works
-			} else {
-				h.remember(l.url, time.Unix(0, m.at), now)
-			}
+		if m, ok := l.outcomes.last(); ok && m.fail {
+			delete(h.served, l.endpoint()) // an older success no longer says it works
+		} else if ok {
+			h.remember(l.endpoint(), time.Unix(0, m.at), now)
 		}
 		delete(h.lanes, id)
 	}
@@ -809,9 +810,7 @@ func (l *lane) rememberUntil() time.Time {
 		later(l.breaker.retryAt)
 	}
 	later(l.pauseUntil)
-	if !l.goneAt.IsZero() {
-		later(l.goneAt.Add(goneHold))
-	}
+	later(l.goneUntil())
 	later(l.aimd.liftAt())
 	later(l.ramp.staleAt())
 	return until

@@ -628,9 +628,9 @@ func TestSimSlotsACappedPathCannotUseAreLent(t *testing.T) {
 // first answers show them slow: a sparse one (an event every 5 s), a busy
 // one (ten a second) and four that need two slots between them (ten a
 // second, 50 ms answers). A slot is kept back from the slow paths for the
-// quick ones (without it the sparse path waited 6 s), and a lane's turn at
-// a freed slot goes by how little of the host's time it has held (without
-// it one of the four waited 3.9 s). Before the slow paths' first answers
+// quick ones (without it the quick paths waited 2.3–8.7 s), and a lane's
+// turn at a freed slot goes by how little of the host's time it has held
+// (without it one of the four waited 13–14 s). Before the slow paths' first answers
 // nothing tells them from quick ones, and what was posted then waits for
 // the first slots to free.
 func TestSimSlowPathsOutnumberingTheCapLeaveOthersTheirTurn(t *testing.T) {

@@ -987,8 +987,11 @@ func TestSimGoneWhilePausedIsStillDisabled(t *testing.T) {
 		s.start()
 		s.post("sim.gone", "")
 		time.Sleep(time.Second) // the attempt is on its way
-		if n := len(ep.snapshot()); n != 0 {
-			t.Fatalf("%d attempts ended within a second of a 2 s answer", n)
+		ep.mu.Lock()
+		inflight := ep.inflight
+		ep.mu.Unlock()
+		if inflight != 1 {
+			t.Fatalf("%d attempts in flight a second after the post, want the one that will answer 410", inflight)
 		}
 		paused := gone
 		paused.State, paused.UpdatedAt = core.SubPaused, time.Now().UTC()
