@@ -31,9 +31,16 @@ type host struct {
 	wakeAt     time.Time // the wake-up queued for this host, if any
 	// served holds endpoints forgotten while idle whose last attempt
 	// succeeded, and when: within the breaker's look-back they still show
-	// the server works (mostEndpointsFailing).
-	served      map[string]time.Time
+	// the server works (mostEndpointsFailing), and one back is known quick
+	// or slow from its hold.
+	served      map[string]servedRec
 	servedPrune int // the size of served at which it is next pruned
+}
+
+// servedRec is what a host keeps of a forgotten endpoint that served.
+type servedRec struct {
+	at   time.Time
+	hold time.Duration
 }
 
 // cause is what opened a host's circuit.
@@ -215,8 +222,20 @@ func (l *lane) heldFor(d time.Duration) {
 	l.hold += (d - l.hold) / 4
 }
 
-// quick: the endpoint's attempts give their slot back within quickHold.
-func (l *lane) quick() bool { return l.hold < quickHold }
+// quick: the endpoint's attempts are known to give their slot back within
+// quickHold. One never answered is not known quick: new endpoints that
+// turned out slow, joining one after another, each took the slot a quick
+// one gave back (counted quick) and held it until its first answer.
+func (l *lane) quick() bool { return l.hold > 0 && l.hold < quickHold }
+
+// learn notes the lane's subscription: its endpoint, and for an endpoint
+// back after it was forgotten, how long its attempts held a slot.
+func (l *lane) learn(h *host, sub *core.Subscription) {
+	l.url, l.tenant = sub.URL, sub.TenantID
+	if r, ok := h.served[l.url]; ok && l.hold == 0 {
+		l.hold = r.hold
+	}
+}
 
 // endpoint is what the host's rules count as one endpoint: the URL, so one
 // URL subscribed several times (a type each) is one handler, not several.
@@ -404,6 +423,7 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 		}
 		n := sh.floor
 		if sub, ok := d.cfg.Subs.Get(id); ok {
+			l.learn(h, sub)
 			n = l.limit(sub, n, now)
 		}
 		sh.claimed += max(0, n-l.inflight)
@@ -546,7 +566,7 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 			d.dropLocked(l)
 			continue
 		}
-		l.url, l.tenant = sub.URL, sub.TenantID
+		l.learn(h, sub)
 		if sh.reserved(l, h, hostCap) || !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
 			continue
 		}
@@ -664,9 +684,9 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 			serving[l.endpoint()] = true
 		}
 	}
-	for ep, at := range h.served {
+	for ep, r := range h.served {
 		switch {
-		case now.Sub(at) > breakerLookback:
+		case now.Sub(r.at) > breakerLookback:
 			delete(h.served, ep)
 		case !present[ep]:
 			seen[ep], serving[ep] = false, true
@@ -763,7 +783,7 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 		if m, ok := l.outcomes.last(); ok && m.fail {
 			delete(h.served, l.endpoint()) // an older success no longer says it works
 		} else if ok {
-			h.remember(l.endpoint(), time.Unix(0, m.at), now)
+			h.remember(l.endpoint(), servedRec{at: time.Unix(0, m.at), hold: l.hold}, now)
 		}
 		delete(h.lanes, id)
 	}
@@ -772,18 +792,18 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 	}
 }
 
-// remember notes that a forgotten endpoint's last attempt succeeded at at.
+// remember notes that a forgotten endpoint's last attempt succeeded (at r.at).
 // What has left the look-back goes whenever the record has doubled since.
-func (h *host) remember(endpoint string, at, now time.Time) {
+func (h *host) remember(endpoint string, r servedRec, now time.Time) {
 	if h.served == nil {
-		h.served = map[string]time.Time{}
+		h.served = map[string]servedRec{}
 	}
-	h.served[endpoint] = at
+	h.served[endpoint] = r
 	if len(h.served) < h.servedPrune {
 		return
 	}
-	for ep, t := range h.served {
-		if now.Sub(t) > breakerLookback {
+	for ep, o := range h.served {
+		if now.Sub(o.at) > breakerLookback {
 			delete(h.served, ep)
 		}
 	}
@@ -821,8 +841,8 @@ func (l *lane) rememberUntil() time.Time {
 // endpoint would come back without the evidence that it works.
 func (h *host) rememberUntil() time.Time {
 	until := h.pauseUntil
-	for _, at := range h.served {
-		if t := at.Add(breakerLookback); t.After(until) {
+	for _, r := range h.served {
+		if t := r.at.Add(breakerLookback); t.After(until) {
 			until = t
 		}
 	}

@@ -779,3 +779,116 @@ func TestSimQuickPathsKeepOnlyTheSlotsTheyUse(t *testing.T) {
 		}
 	})
 }
+
+// Quick paths on a host (cap 10) for 20 s, then ten new paths of another
+// tenant join, one a second, each answering after 9 s, so that more
+// endpoints are active than the host has slots. Until a new path's first
+// answer nothing says it is slow: counted quick, it took the slots kept
+// for the quick paths, which waited up to 8.8 s. A path not yet answered
+// is not known quick, and an attempt in flight for a second shows it slow.
+func TestSimNewSlowPathsDoNotTakeTheQuickOnesSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		_, subsOf := s.pathsNamed("slow", 10, ok(9*time.Second))
+		busy, bsub := s.path(gateway, "busy", "sim.busy", ok(20*time.Millisecond))
+		pair, pairSubs := s.pathsNamed("pair", 4, ok(50*time.Millisecond))
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, bsub.EventTypes[0], 100*time.Millisecond, time.Minute)
+		s.gatewayTraffic(&wg, pairSubs, 500*time.Millisecond, time.Minute)
+		for i, sub := range subsOf {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Until(start.Add(20*time.Second + time.Duration(i)*time.Second)))
+				for end := start.Add(time.Minute); time.Now().Before(end); time.Sleep(time.Second) {
+					s.post(sub.EventTypes[0], "")
+				}
+			}()
+		}
+		wg.Wait()
+		time.Sleep(10 * time.Second) // the last deliveries land
+		lags, _ := s.lagsSplit(busy, time.Now())
+		var pairLags []time.Duration
+		for _, ep := range pair {
+			l, _ := s.lagsSplit(ep, time.Now())
+			pairLags = append(pairLags, l...)
+		}
+		slices.Sort(pairLags)
+		s.stop()
+		if len(lags) != 600 || len(pairLags) != 480 {
+			t.Fatalf("the busy path got %d of 600, the four %d of 480", len(lags), len(pairLags))
+		}
+		for _, p := range []struct {
+			name string
+			lags []time.Duration
+		}{{"busy", lags}, {"four's", pairLags}} {
+			t.Logf("%s path's lag p50 %s, p99 %s, max %s", p.name, pct(p.lags, 0.5), pct(p.lags, 0.99), pct(p.lags, 1))
+			if most := pct(p.lags, 1); most > time.Second {
+				t.Errorf("the %s path waited %s for slots new slow paths took", p.name, most)
+			}
+		}
+	})
+}
+
+// A quick path that sends every 3 minutes is forgotten in between, on a
+// host where ten slow paths and a busy quick one keep more endpoints
+// active than slots. Back, it is still known quick (its host kept how
+// long its attempts held a slot), so the slots kept for quick endpoints
+// are its too: as a stranger it waited for one of the slow paths' slots.
+// Its first event, a stranger's, may wait so.
+func TestSimQuickPathBackAfterItWasForgottenIsStillQuick(t *testing.T) {
+	for off := range 3 {
+		t.Run(fmt.Sprint(off), func(t *testing.T) { quickBack(t, time.Duration(off)*370*time.Millisecond) })
+	}
+}
+
+func quickBack(t *testing.T, off time.Duration) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		_, subsOf := s.pathsNamed("slow", 10, ok(9*time.Second))
+		_, bsub := s.path(gateway, "busy", "sim.busy", ok(20*time.Millisecond))
+		sparse, ssub := s.path(gateway, "sparse", "sim.sparse", ok(20*time.Millisecond))
+		s.start()
+		var wg sync.WaitGroup
+		s.gatewayTraffic(&wg, subsOf, time.Second, 10*time.Minute)
+		s.traffic(&wg, bsub.EventTypes[0], 100*time.Millisecond, 10*time.Minute)
+		time.Sleep(30*time.Second + off) // the slow paths are known slow
+		forgotten := 0
+		var first string
+		for i := range 4 {
+			if i > 0 {
+				time.Sleep(3 * time.Minute)
+				s.d.mu.Lock()
+				if _, ok := s.d.hosts[gateway].lanes[ssub.ID]; !ok {
+					forgotten++
+				}
+				s.d.mu.Unlock()
+			}
+			id := s.post(ssub.EventTypes[0], "")
+			if i == 0 {
+				first = id
+			}
+		}
+		wg.Wait()
+		time.Sleep(10 * time.Second)
+		var lags []time.Duration
+		sparse.mu.Lock()
+		for id, got := range sparse.delivered {
+			if id != first {
+				lags = append(lags, got.Sub(s.created(id)))
+			}
+		}
+		sparse.mu.Unlock()
+		s.stop()
+		if len(lags) != 3 || forgotten != 3 {
+			t.Fatalf("the sparse path got %d of its last 3 events, its lane forgotten before %d of them", len(lags), forgotten)
+		}
+		slices.Sort(lags)
+		t.Logf("sparse path's lags once back %v", lags)
+		if most := pct(lags, 1); most > time.Second {
+			t.Errorf("the sparse quick path waited %s once back", most)
+		}
+	})
+}
