@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -551,6 +552,26 @@ func orEmptyMap(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// svixRate shows a /v1 rate_limit as Svix's whole number of messages a
+// second: 0 (none) as null, any other rounded up into 1..65535, so that a
+// limit is never shown as none or as less than it is. What was shown,
+// written back, keeps the rate (svixRateKept).
+func svixRate(r float64) *int {
+	if r <= 0 {
+		return nil
+	}
+	n := int(min(math.Ceil(r), 65535))
+	return &n
+}
+
+// svixRateKept: n is how r is shown, so writing it back changes nothing
+// (a read, edit and write of an endpoint would round 0.5 to 1 or 2.7 to 3,
+// and 0.5 was shown as null: none).
+func svixRateKept(r float64, n int) bool {
+	v := svixRate(r)
+	return v != nil && *v == n
 }
 
 func nullIfZero(n int) *int {

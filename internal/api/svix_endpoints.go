@@ -46,8 +46,8 @@ func toSvixEndpoint(s core.Subscription) svixEndpointJSON {
 		types = s.EventTypes
 	}
 	return svixEndpointJSON{ID: epID(s.ID), UID: nullIfEmpty(s.UID), URL: redactURL(s.URL), Description: s.Description,
-		Version: 1, RateLimit: nullIfZero(int(s.RateLimit)), Disabled: s.State != core.SubActive, FilterTypes: types,
-		ThrottleRate: nullIfZero(int(s.RateLimit)), EventTypes: types,
+		Version: 1, RateLimit: svixRate(s.RateLimit), Disabled: s.State != core.SubActive, FilterTypes: types,
+		ThrottleRate: svixRate(s.RateLimit), EventTypes: types,
 		Metadata: orEmptyMap(s.Metadata), CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 }
 
@@ -139,6 +139,9 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 			return err
 		}
 		r := float64(rate)
+		if svixRateKept(sub.RateLimit, rate) {
+			r = sub.RateLimit
+		}
 		f.RateLimit = &r
 	}
 	if in.Headers != nil {
@@ -190,8 +193,10 @@ func (s *Server) svixApplyEndpoint(in svixEndpointIn, sub *core.Subscription, pa
 	}
 	if in.Disabled != nil || !patch {
 		disabled := in.Disabled != nil && *in.Disabled
+		// A paused subscription shows as disabled: written back, it stays
+		// paused (disabling it would skip what the pause holds).
 		switch {
-		case disabled && next.State != core.SubDisabled:
+		case disabled && next.State == core.SubActive:
 			next.State, next.DisabledReason = core.SubDisabled, "disabled by request"
 		case !disabled:
 			next.State, next.DisabledReason = core.SubActive, ""

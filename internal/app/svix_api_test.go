@@ -221,6 +221,46 @@ func TestSvixNewerFieldNamesFilterAndLimit(t *testing.T) {
 	}
 }
 
+// An SDK's read, edit and write of an endpoint changes nothing it did not
+// edit: a paused subscription (shown disabled) stays paused with its
+// pending deliveries (disabling it skipped them), and a rate Svix's whole
+// numbers cannot show (0.5 was shown as null, none; 70,000 as a value the
+// write then refused) stays the rate it was.
+func TestSvixEndpointWrittenBackAsReadChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := start(t, true)
+	rc := testenv.NewReceiver(t)
+	a := e.admin
+	a.Must(http.StatusCreated, "POST", "/api/v1/app", map[string]any{"name": "Round", "uid": "round"})
+	for _, c := range []struct {
+		rate  float64
+		shown float64
+	}{{0.5, 1}, {2.7, 3}, {70000, 65535}} {
+		ep := a.Must(http.StatusCreated, "POST", "/api/v1/app/round/endpoint", map[string]any{"url": rc.URL, "filterTypes": []string{"round.trip"}})
+		id := ep["id"].(string)
+		sub := "/v1/subscriptions/sub_" + strings.TrimPrefix(id, "ep_")
+		a.Must(http.StatusOK, "PATCH", sub, map[string]any{"rate_limit": c.rate, "state": "paused"})
+		a.Must(http.StatusAccepted, "POST", "/api/v1/app/round/msg", map[string]any{"eventType": "round.trip", "payload": map[string]any{"n": 1}})
+		got := a.Must(http.StatusOK, "GET", "/api/v1/app/round/endpoint/"+id, nil)
+		if got["disabled"] != true || got["rateLimit"] != c.shown || got["throttleRate"] != c.shown {
+			t.Fatalf("rate %v, paused: shown %v", c.rate, got)
+		}
+		// PUT what was read with a new description, as the SDKs' upsert does; then PATCH disabled: true.
+		got["description"] = "edited"
+		a.Must(http.StatusOK, "PUT", "/api/v1/app/round/endpoint/"+id, got)
+		a.Must(http.StatusOK, "PATCH", "/api/v1/app/round/endpoint/"+id, map[string]any{"disabled": true})
+		v1 := a.Must(http.StatusOK, "GET", sub, nil)
+		if v1["state"] != "paused" || v1["rate_limit"] != c.rate {
+			t.Errorf("rate %v: after the write-back the subscription is %v, rate_limit %v", c.rate, v1["state"], v1["rate_limit"])
+		}
+		ds := a.Must(http.StatusOK, "GET", sub+"/deliveries", nil)["data"].([]any)
+		if len(ds) != 1 || ds[0].(map[string]any)["state"] != "pending" {
+			t.Errorf("rate %v: deliveries after the write-back %v", c.rate, ds)
+		}
+		a.Must(http.StatusNoContent, "DELETE", "/api/v1/app/round/endpoint/"+id, nil)
+	}
+}
+
 // A tenant key acts on its own application only; deleting an application
 // deletes its endpoints and revokes its keys.
 func TestSvixTenantKeyAndApplicationDelete(t *testing.T) {
