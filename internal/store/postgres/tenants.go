@@ -222,7 +222,7 @@ func (s *Store) APIKeysTouch(ctx context.Context, used map[string]time.Time) err
 func (s *Store) PortalLinkCreate(ctx context.Context, l core.PortalLink) error {
 	return mapErr(s.inTx(ctx, func(tx pgx.Tx) error {
 		var one int
-		if err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1`, l.TenantID).Scan(&one); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1 AND deleted_at IS NULL`, l.TenantID).Scan(&one); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM portal_tokens WHERE tenant_id = $1 AND expires_at < $2`,

@@ -222,7 +222,7 @@ func (s *Store) APIKeysTouch(ctx context.Context, used map[string]time.Time) err
 func (s *Store) PortalLinkCreate(ctx context.Context, l core.PortalLink) error {
 	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
 		var one int
-		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE id = ?`, l.TenantID).Scan(&one); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE id = ? AND deleted_at IS NULL`, l.TenantID).Scan(&one); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM portal_tokens WHERE tenant_id = ? AND expires_at < ?`,

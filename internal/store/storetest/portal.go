@@ -84,4 +84,7 @@ func testPortalLinks(t *testing.T, s store.Store) {
 	wantErr(t, "PortalLinkRedeem(deleted tenant)", err, store.ErrNotFound)
 	_, err = s.APIKeyByHash(f.ctx, orphan.Hash)
 	wantErr(t, "APIKeyByHash(key of a deleted tenant's link)", err, store.ErrNotFound)
+	// Nor is a new link made for it (the API answered 201 for a link that could never be used).
+	wantErr(t, "PortalLinkCreate(deleted tenant)", s.PortalLinkCreate(f.ctx,
+		core.PortalLink{ID: core.NewID("ptl"), TenantID: a.ID, Hash: hashKey("y"), CreatedAt: at(3 * time.Minute), ExpiresAt: at(time.Hour)}), store.ErrNotFound)
 }
