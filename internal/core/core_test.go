@@ -35,6 +35,7 @@ func TestEndpointHost(t *testing.T) {
 		"http://example.com/hook":       "example.com:80",
 		"http://example.com:8080/x?y=1": "example.com:8080",
 		"http://[::1]:9000/":            "[::1]:9000",
+		"http://api.0day.example/":      "api.0day.example:80",
 	} {
 		got, err := EndpointHost("url", raw)
 		if err != nil || got != want {
@@ -43,7 +44,8 @@ func TestEndpointHost(t *testing.T) {
 	}
 	for _, raw := range []string{"", "ftp://x.com", "/relative", "http://", "http://x.com/#frag", "javascript:alert(1)",
 		"http://[fe80::1%25eth0]/", "http://[fe80::1%25eth0]:0]:90", // IPv6 zones
-		"http://x.com/hook?a=b HTTP/1.0", "http://x.com/caf\u00e9", "http://x.com/\x7f"} { // sent raw in the request line
+		"http://x.com/hook?a=b HTTP/1.0", "http://x.com/caf\u00e9", "http://x.com/\x7f", // sent raw in the request line
+		"http://127.1:9000/", "http://0x7f000001/", "http://2130706433/", "http://127.0.0.1./", "http://a.b.0X1F/", "http://1.2.3.4.5/"} { // IPv4 as no dialler reads it
 		if _, err := EndpointHost("url", raw); err == nil {
 			t.Errorf("EndpointHost(%q) accepted", raw)
 		}

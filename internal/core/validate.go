@@ -117,6 +117,11 @@ func EndpointHost(field, raw string) (string, error) {
 		// net/url lets "]", "a!b" or "(x)" stand as a host; none can be
 		// resolved, and each would be retried for a day.
 		return "", fieldErr(field, "must name its host as a DNS name (letters, digits, -, _ and .) or an IP address")
+	} else if err != nil && endsInNumber(host) {
+		// Browsers and inet_aton read 127.1, 0x7f000001 or 2130706433 as
+		// an IPv4 address; the sender's resolver takes them for names that
+		// never resolve, and each would be retried for a day.
+		return "", fieldErr(field, "must write an IPv4 address as four decimal numbers (127.0.0.1), or name its host by a DNS name whose last label is not a number")
 	} else if err == nil && a.Zone() != "" {
 		// A zone names an interface of the sending machine, and may hold
 		// anything: "[fe80::1%25eth0]:0]:90" read as zone "eth0]:0" made
@@ -141,6 +146,18 @@ func EndpointHost(field, raw string) (string, error) {
 
 // validHostName: letters, digits, '-', '_' and '.' (underscores appear in
 // service names), as a resolver takes them.
+// endsInNumber: the host's last label (a trailing dot aside) is a decimal
+// or 0x-hex number, which makes it an IPv4 address to a URL parser (the
+// WHATWG URL standard), never a DNS name.
+func endsInNumber(host string) bool {
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := strings.ToLower(labels[len(labels)-1])
+	if hex, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
+}
+
 func validHostName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
