@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -168,8 +169,12 @@ func decodeError(err error) error {
 		return errBadRequest(field, "must be "+kindOf(sem.GoType)+where)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return errBadRequest("body", "is not valid JSON")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errBodyTimeout
 	}
-	return errBadRequest("body", err.Error())
+	// The connection failed or its framing did (a bad chunk): the parser's
+	// words name our socket, not the client's mistake.
+	return errBadRequest("body", "could not be read: the connection failed or its body is not framed right (Content-Length, chunked encoding)")
 }
 
 // fieldOf names the request field a JSON pointer is in, with list indexes

@@ -49,6 +49,7 @@ var (
 	errNotFound     = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "not found"}
 	errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing or invalid bearer token"}
 	errForbidden    = &apiError{Status: http.StatusForbidden, Code: "forbidden", Message: "this call needs the admin token"}
+	errBodyTimeout  = &apiError{Status: http.StatusRequestTimeout, Code: "request_timeout", Field: "body", Message: "body: not received in time (the whole request must arrive within the server's read timeout, 30 s)"}
 	errTooLarge     = &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Field: "payload", Message: "payload: must be at most 262144 bytes"}
 )
 

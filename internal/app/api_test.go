@@ -1,6 +1,7 @@
 package app
 
 import (
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -246,6 +247,10 @@ func TestSubscriptionLifecycle(t *testing.T) {
 	}
 	if got["timeout"] != "10s" || len(got["retry_schedule"].([]any)) != 7 {
 		t.Errorf("defaults: timeout %v, schedule %v", got["timeout"], got["retry_schedule"])
+	}
+	// -0 is 0, shown as 0 (it was echoed as -0).
+	if r, ok := e.admin.Must(200, "PATCH", "/v1/subscriptions/"+sub, map[string]any{"rate_limit": math.Copysign(0, -1)})["rate_limit"].(float64); !ok || r != 0 || math.Signbit(r) {
+		t.Errorf("rate_limit -0 shown as %v", r)
 	}
 
 	// Paused: deliveries wait; resumed: they go.

@@ -46,10 +46,35 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: hookd\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 		closedWithin(t, conn, 5*time.Second)
 	})
+	// Answered 408 before the close, saying what happened in the client's
+	// terms (it was a 400 quoting the server's socket error).
+	answer := func(t *testing.T, conn net.Conn) (int, string) {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
 	t.Run("stalled body, admin token", func(t *testing.T) {
 		conn := dial()
 		io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: hookd\r\nAuthorization: Bearer "+adminToken+"\r\nContent-Length: 1000\r\n\r\n{")
+		status, body := answer(t, conn)
+		if status != http.StatusRequestTimeout || !strings.Contains(body, `"request_timeout"`) || strings.Contains(body, "tcp") {
+			t.Errorf("a body not sent in time: %d %s; want 408 request_timeout, no socket detail", status, body)
+		}
 		closedWithin(t, conn, 5*time.Second)
+	})
+	t.Run("malformed chunked body", func(t *testing.T) {
+		conn := dial()
+		io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: hookd\r\nAuthorization: Bearer "+adminToken+"\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n{\"type\":\r\nzz\r\n")
+		status, body := answer(t, conn)
+		if status != http.StatusBadRequest || !strings.Contains(body, `"field":"body"`) || strings.Contains(body, "jsontext") {
+			t.Errorf("a malformed chunked body: %d %s; want 400 on body, no parser detail", status, body)
+		}
 	})
 	t.Run("idle keep-alive", func(t *testing.T) {
 		conn := dial()
