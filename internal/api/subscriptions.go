@@ -170,6 +170,9 @@ func (s *Server) apply(f subscriptionFields, sub *core.Subscription) error {
 			return errInvalid("rate_limit", "must be 0 (unlimited), or from "+strconv.FormatFloat(core.RateMin, 'f', -1, 64)+" to 100000 per second")
 		}
 		next.RateLimit = *f.RateLimit
+		if next.RateLimit == 0 {
+			next.RateLimit = 0 // -0 would be shown as -0
+		}
 	}
 	if f.RetryStatusCodes != nil {
 		for i, c := range *f.RetryStatusCodes {

@@ -16,8 +16,8 @@ import (
 var tenantIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 type createTenantRequest struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID   *string `json:"id"` // absent: generated; "" is refused, as the pattern says
+	Name string  `json:"name"`
 }
 
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principal) error {
@@ -28,22 +28,24 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principa
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	if req.ID == "" {
-		req.ID = core.NewID("ten")
-	} else if !tenantIDRe.MatchString(req.ID) {
-		return errInvalid("id", "must be 1-64 lowercase letters, digits, _ or -")
+	id := core.NewID("ten")
+	if req.ID != nil {
+		if !tenantIDRe.MatchString(*req.ID) {
+			return errInvalid("id", "must be 1-64 lowercase letters, digits, _ or -")
+		}
+		id = *req.ID
 	}
 	if len(req.Name) > 200 {
 		return errInvalid("name", "must be at most 200 characters")
 	}
 	if req.Name == "" {
-		req.Name = req.ID
+		req.Name = id
 	}
 	key := NewAPIKey()
 	now := time.Now().UTC()
-	k := core.APIKey{ID: core.NewID("key"), TenantID: req.ID, Hash: HashKey(key), Prefix: key[:keyPrefixLen], CreatedAt: now}
-	ctx := audit.Record(r.Context(), audit.TenantCreate, req.ID, map[string]any{"name": req.Name, "key_id": k.ID})
-	err := s.Store.TenantCreate(ctx, core.Tenant{ID: req.ID, Name: req.Name, CreatedAt: now}, k)
+	k := core.APIKey{ID: core.NewID("key"), TenantID: id, Hash: HashKey(key), Prefix: key[:keyPrefixLen], CreatedAt: now}
+	ctx := audit.Record(r.Context(), audit.TenantCreate, id, map[string]any{"name": req.Name, "key_id": k.ID})
+	err := s.Store.TenantCreate(ctx, core.Tenant{ID: id, Name: req.Name, CreatedAt: now}, k)
 	if errors.Is(err, store.ErrConflict) {
 		// A deleted tenant's ID too: its data stays until retention removes it.
 		return &apiError{Status: http.StatusConflict, Code: "conflict", Field: "id",
@@ -52,7 +54,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, p principa
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]string{"id": req.ID, "name": req.Name, "api_key": key})
+	writeJSON(w, http.StatusCreated, map[string]string{"id": id, "name": req.Name, "api_key": key})
 	return nil
 }
 

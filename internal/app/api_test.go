@@ -154,6 +154,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"list bad since", "GET", "/v1/subscriptions/" + sub + "/deliveries?since=yesterday", nil, 400, "since"},
 		{"list bad limit", "GET", "/v1/subscriptions/" + sub + "/deliveries?limit=1000", nil, 400, "limit"},
 		{"tenant bad id", "POST", "/v1/tenants", `{"id":"Has Spaces"}`, 422, "id"},
+		{"tenant empty id", "POST", "/v1/tenants", `{"id":""}`, 422, "id"},
 		{"replay from the future", "POST", "/v1/subscriptions/" + sub + "/replay", `{"since":"2999-01-01T00:00:00Z"}`, 422, "since"},
 		{"events bad type", "GET", "/v1/events?type=Not%20A%20Type", nil, 400, "type"},
 		{"events bad since", "GET", "/v1/events?since=monday", nil, 400, "since"},
