@@ -216,7 +216,7 @@ func svixSecret(field string, raw jsontext.Value) (string, error) {
 	enc := strings.TrimPrefix(v, webhook.SecretPrefix)
 	key, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil || len(key) < 24 || len(key) > 64 {
-		return "", errInvalid(field, "must be whsec_ and the base64 of 24 to 64 bytes")
+		return "", errInvalid(field, "must be the base64 of 24 to 64 bytes, with or without whsec_")
 	}
 	return webhook.SecretPrefix + enc, nil
 }

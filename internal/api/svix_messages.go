@@ -85,6 +85,9 @@ func (s *Server) svixCreateMessage(w http.ResponseWriter, r *http.Request, p pri
 	if len(in.DeliverAt) > 0 && string(in.DeliverAt) != "null" {
 		return errNotImplemented("deliverAt (scheduled messages)")
 	}
+	if k := in.Payload.Kind(); k != 0 && k != '{' && k != 'n' {
+		return errInvalid("payload", "must be a JSON object, as on Svix") // /v1 takes any JSON value
+	}
 	ev := core.Event{Type: in.EventType, Payload: in.Payload}
 	if in.EventID != nil {
 		ev.IdempotencyKey = *in.EventID

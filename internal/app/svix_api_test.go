@@ -73,6 +73,8 @@ func TestSvixBadInputNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}, "payloadRetentionPeriod": "x"}, 422, "body.payloadRetentionPeriod"},
 		{"/api/v1/app/acme/endpoint", map[string]any{"url": rc.URL, "version": "1"}, 422, "body.version"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "Order.Created", "payload": map[string]any{}}, 422, "body.eventType"},
+		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": "a string"}, 422, "body.payload"},
+		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": []int{1}}, 422, "body.payload"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "hookd.test", "payload": map[string]any{}}, 422, "body.eventType"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b"}, 422, "body.payload"},
 		{"/api/v1/app/acme/msg", map[string]any{"eventType": "a.b", "payload": map[string]any{}, "eventId": strings.Repeat("k", 256)}, 422, "body.eventId"},
