@@ -165,6 +165,8 @@ func decodeError(err error) error {
 			return errBadRequest("body", "must be one JSON object")
 		case errors.Is(sem.Err, json.ErrUnknownName):
 			return errBadRequest(field, "is not a known field (names match exactly, in lower case)")
+		case errors.Is(sem.Err, strconv.ErrRange):
+			return errBadRequest(field, "is out of range for "+kindOf(sem.GoType)+where)
 		}
 		return errBadRequest(field, "must be "+kindOf(sem.GoType)+where)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -215,6 +216,11 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	}
 	if n := len(e.admin.Must(200, "GET", "/v1/tenants", nil)["data"].([]any)); n != tenants {
 		t.Errorf("%d tenants after bad input, want %d", n, tenants)
+	}
+	// A whole number too large says so (it was told to be a whole number).
+	if st, out := e.admin.Do("POST", "/v1/subscriptions", `{"url":"`+rc.URL+`","event_types":["*"],"max_concurrency":9223372036854775808}`); st != 400 ||
+		!strings.Contains(fmt.Sprint(out), "out of range") {
+		t.Errorf("max_concurrency 2^63: %d %v", st, out)
 	}
 	// A call that takes no body still takes {}.
 	e.admin.Must(200, "POST", "/v1/subscriptions/"+sub+"/rotate-secret", map[string]any{})
