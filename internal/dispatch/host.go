@@ -232,8 +232,8 @@ func (l *lane) quick() bool { return l.hold > 0 && l.hold < quickHold }
 // back after it was forgotten, how long its attempts held a slot.
 func (l *lane) learn(h *host, sub *core.Subscription) {
 	l.url, l.tenant = sub.URL, sub.TenantID
-	if r, ok := h.served[l.url]; ok && l.hold == 0 {
-		l.hold = r.hold
+	if l.hold == 0 {
+		l.hold = h.served[l.url].hold // zero if it never served here
 	}
 }
 
