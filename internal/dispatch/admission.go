@@ -35,6 +35,7 @@ const (
 	aimdRecoverPerSec  = 0.05
 	aimdMinRate        = 0.5 // deliveries/s: a cut never stops an endpoint entirely
 	observedRateWindow = 10 * time.Second
+	peakDecay          = 10 * time.Minute // how long what an endpoint took at its best weighs on its ramp's rate after a trip
 )
 
 type circuit int

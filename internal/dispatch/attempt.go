@@ -244,8 +244,11 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		t := l.outcomes.sum(now, observedRateWindow)
 		l.aimd.cut(now, float64(t.n)/observedRateWindow.Seconds())
 	}
-	if out.Class == send.Delivered && out.StartedAt.After(l.servedAt) {
-		l.servedAt = out.StartedAt
+	if out.Class == send.Delivered {
+		l.notePeak(now)
+		if out.StartedAt.After(l.servedAt) {
+			l.servedAt = out.StartedAt
+		}
 	}
 	if out.RetryAfter > 0 && (out.StatusCode == 429 || out.StatusCode == 503) {
 		h.pause(l, now.Add(out.RetryAfter), now)

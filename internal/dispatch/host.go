@@ -103,9 +103,15 @@ type lane struct {
 	// hold is how long its attempts keep a slot, averaged (see quick).
 	hold time.Duration
 	// before is the attempts a second it made in the minute before its
-	// own or its host's circuit last opened: with no rate_limit, what the
-	// recovery ramp's rate is a share of.
+	// own or its host's circuit last opened, or what it took at its best
+	// lately if more (peak): with no rate_limit, what the recovery ramp's
+	// rate is a share of.
 	before float64
+	// peak is its most successes a second (over observedRateWindow) lately,
+	// as of peakTime, decaying over peakDecay: a hang's minute before the
+	// trip holds only timeouts, under a tenth of what the endpoint took.
+	peak     float64
+	peakTime time.Time
 	// catchingUp: its circuit (or its host's) closed and the backlog it
 	// left is not yet sent; with no rate_limit it is paced meanwhile, at
 	// a rate doubling from catchUpAt (the ramp's end) until then.
@@ -324,6 +330,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.breaker, l.ramp, l.pauseUntil, l.aimd, l.goneAt = breaker{}, ramp{}, time.Time{}, aimd{}, time.Time{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
 	l.use, l.useAt, l.hold, l.before, l.catchingUp, l.catchUpAt = 0, time.Time{}, 0, 0, false, time.Time{}
+	l.peak, l.peakTime = 0, time.Time{}
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -514,9 +521,21 @@ func (h *host) catchUp() {
 }
 
 // noteRate keeps the endpoint's attempts a second over the last minute,
-// as its circuit (or its host's) opens.
+// or its recent peak if more, as its circuit (or its host's) opens.
 func (l *lane) noteRate(now time.Time) {
-	l.before = float64(l.outcomes.sum(now, breakerWindow).n) / breakerWindow.Seconds()
+	l.before = max(float64(l.outcomes.sum(now, breakerWindow).n)/breakerWindow.Seconds(), l.peakNow(now))
+}
+
+// peakNow is the lane's peak of successes a second, decayed to now.
+func (l *lane) peakNow(now time.Time) float64 {
+	return l.peak * math.Exp(-now.Sub(l.peakTime).Seconds()/peakDecay.Seconds())
+}
+
+// notePeak follows a success: the successes a second of the last
+// observedRateWindow raise the peak.
+func (l *lane) notePeak(now time.Time) {
+	t := l.outcomes.sum(now, observedRateWindow)
+	l.peak, l.peakTime = max(float64(t.n-t.fail)/observedRateWindow.Seconds(), l.peakNow(now)), now
 }
 
 // noteRates is noteRate for every endpoint of a host whose circuit opens.

@@ -551,6 +551,54 @@ func TestSimRecoveryWithoutRateLimitRampsTheRate(t *testing.T) {
 	})
 }
 
+// An endpoint taking 20 events a second hangs for 80 s, then answers at
+// once again. The minute before its circuit opened held only its timeouts,
+// so the ramp was a share of the 10 a second floor: it sent 1 a second at
+// first where the endpoint had taken 20, and fell further behind its
+// inflow (an outside run: 556 of its events still pending 4 minutes on).
+// The ramp is a share of what it took while it worked: 2 a second first.
+func TestSimRecoveryAfterAHangRampsFromWhatItTookBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		downAt, upAt := start.Add(2*time.Minute), start.Add(2*time.Minute+80*time.Second)
+		ep, sub := s.endpoint("hangs", downBetween(downAt, upAt, reply{hang: true}))
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.hangs", 50*time.Millisecond, 10*time.Minute)
+		wg.Wait()
+		time.Sleep(30 * time.Minute)
+		states := s.states(sub)
+		s.stop()
+		var closedAt time.Time
+		var first []simAttempt // delivered in the ramp's first minute
+		for _, a := range ep.snapshot() {
+			if a.class != send.Delivered || a.start.Before(upAt) {
+				continue
+			}
+			if closedAt.IsZero() {
+				closedAt = a.end
+			}
+			if a.start.Before(closedAt.Add(time.Minute)) {
+				first = append(first, a)
+			}
+		}
+		if closedAt.IsZero() {
+			t.Fatal("the endpoint's circuit never closed")
+		}
+		// 10 % of 20 a second rising to 100 % over five minutes is at most
+		// 228 in its first minute, of the floor's 10 a second 114 (84 were
+		// sent, its first seconds going to the half-open probe).
+		t.Logf("circuit closed %s after the endpoint came back; %d delivered in the ramp's first minute", closedAt.Sub(upAt), len(first))
+		if len(first) < 140 || len(first) > 228 {
+			t.Errorf("%d delivered in the ramp's first minute, want 10 %% of 20 a second, rising (at most 228, more than the floor's 114)", len(first))
+		}
+		if states[core.DeliveryDelivered] != len(s.posted) || states[core.DeliveryPending] != 0 {
+			t.Errorf("states %v for %d events", states, len(s.posted))
+		}
+	})
+}
+
 // An endpoint taking 50 events a second hangs for four minutes, so the
 // rate its circuit saw before opening was its timeouts (under 1 a second),
 // then answers at once again. The catch-up after the ramp rises until it
