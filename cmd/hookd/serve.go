@@ -49,6 +49,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ingestRate := fs.Float64("ingest-rate", api.DefaultIngestRate, "events per second one tenant may post to this node (each node of several allows it); over it POST /v1/events answers 429 with Retry-After; 0: no limit")
 	ingestBurst := fs.Int("ingest-burst", api.DefaultIngestBurst, "events one tenant may post at once above --ingest-rate")
 	maxSubs := fs.Int("max-subscriptions", api.DefaultMaxSubscriptions, "live subscriptions one tenant may have; over it POST /v1/subscriptions answers 422; 0: no limit")
+	maxConns := fs.Int("max-connections", 0, "API connections open at once, all clients together; past it a new one is closed at once (each holds a file descriptor the deliveries and the store also need); 0: half the process's file limit")
 	idle := fs.Duration("idle-timeout", app.DefaultIdleTimeout, "how long an API keep-alive connection may sit idle between requests; keep it longer than a load balancer's idle timeout in front of hookd")
 	egressProxy := fs.String("egress-proxy", "", "http://[user:password@]host:port of an HTTP CONNECT proxy (e.g. Smokescreen) every delivery goes through; hookd resolves and checks each endpoint address itself and asks the proxy for that address; empty: direct")
 	keyFile := fs.String("secret-key-file", "", secretKeyFileUsage)
@@ -121,6 +122,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *idle <= 0 {
 		return fmt.Errorf("--idle-timeout must be positive")
 	}
+	if *maxConns < 0 {
+		return fmt.Errorf("--max-connections must be 0 (half the file limit) or positive")
+	}
 	if *publicURL != "" {
 		if u, err := url.Parse(*publicURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
 			u.RawQuery != "" || u.Fragment != "" || u.User != nil {
@@ -155,7 +159,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Node: *nodeID, LeaseTTL: *leaseTTL, Retention: *retain,
 		PublicURL: *publicURL, FrameAncestors: frameAncestors,
 		Shed: shed.Config{Threshold: *shedAt}, Keys: keys, DisableAfter: *disableAfter, KeepSuccessResponse: *keepSuccess,
-		HTTP:   app.HTTPTimeouts{Idle: *idle},
+		HTTP: app.HTTPTimeouts{Idle: *idle}, MaxConns: *maxConns,
 		Limits: api.Limits{IngestRate: *ingestRate, IngestBurst: *ingestBurst, MaxSubscriptions: *maxSubs},
 	})
 	if err != nil {

@@ -62,6 +62,9 @@ type Config struct {
 	KeepSuccessResponse bool
 	// HTTP bounds what one client may hold of the API server.
 	HTTP HTTPTimeouts
+	// MaxConns is how many connections the API's clients may hold open
+	// together (see connLimit); 0: DefaultMaxConns.
+	MaxConns int
 	// Limits bound what one tenant may ask (zero: no limit; hookd serve
 	// starts with api's defaults).
 	Limits api.Limits
@@ -101,6 +104,7 @@ type App struct {
 	cluster  *cluster // nil on a store one node holds (SQLite)
 	keys     *api.KeyCache
 	http     *http.Server
+	maxConns int
 	metrics  *metrics.Metrics
 	outage   *outage.Tracker // whether the store commits: /readyz, and its outages' log
 	stopping atomic.Bool
@@ -269,6 +273,10 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	root.Handle("GET /ui/", ui.Handler(cfg.FrameAncestors))
 	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	a.http = cfg.HTTP.server(api.Wrap(cfg.Log, root), cfg.Log)
+	a.maxConns = cfg.MaxConns
+	if a.maxConns <= 0 {
+		a.maxConns = DefaultMaxConns()
+	}
 	a.lock, opened = lock, true
 	return a, nil
 }
@@ -305,7 +313,7 @@ func (a *App) own(ln net.Listener) {
 // (see Listen, which refuses them from before ln is bound).
 func (a *App) Serve(ln net.Listener) error {
 	a.own(ln)
-	err := a.http.Serve(ln)
+	err := a.http.Serve(limitConns(ln, a.maxConns))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -3,6 +3,7 @@ package app
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"hookd/internal/testenv"
 )
 
 // closedWithin reads conn until the server closes it, failing the test if
@@ -104,5 +107,59 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Fatalf("%d KiB of headers: %d, want 431", (MaxHeaderBytes+8<<10)>>10, resp.StatusCode)
 		}
+	})
+}
+
+// Past MaxConns a new connection is closed before it is read, so clients
+// holding connections (idle keep-alives here) cannot take the file
+// descriptors the deliveries and the store need; one closed, its slot
+// serves the next.
+func TestConnectionsPastTheLimitAreClosed(t *testing.T) {
+	t.Parallel()
+	e, _ := startFile(t, func(c *Config) { c.MaxConns = 3 })
+	addr := strings.TrimPrefix(e.base, "http://")
+	healthz := func(conn net.Conn) error {
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: hookd\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("healthz answered %d", resp.StatusCode)
+		}
+		return nil
+	}
+	var held []net.Conn
+	for range 3 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if err := healthz(conn); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	if err := healthz(over); err == nil {
+		t.Fatal("a fourth connection was served with three held and a limit of three")
+	}
+	held[0].Close()
+	testenv.Eventually(t, 5*time.Second, "a connection served once one of the three closed", func() bool {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		return healthz(conn) == nil
 	})
 }
