@@ -39,6 +39,16 @@ type limitedConn struct {
 	once sync.Once
 }
 
+// CloseWrite passes on the TCP half-close net/http ends a connection with
+// after an early answer (a 413 while the body still comes): hidden behind
+// the wrapper, the client saw the end 500 ms later, its slot held as long.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { <-c.open })

@@ -144,8 +144,6 @@ func EndpointHost(field, raw string) (string, error) {
 	return net.JoinHostPort(strings.ToLower(host), strconv.FormatUint(port, 10)), nil
 }
 
-// validHostName: letters, digits, '-', '_' and '.' (underscores appear in
-// service names), as a resolver takes them.
 // endsInNumber: the host's last label (a trailing dot aside) is a decimal
 // or 0x-hex number, which makes it an IPv4 address to a URL parser (the
 // WHATWG URL standard), never a DNS name.
@@ -158,6 +156,8 @@ func endsInNumber(host string) bool {
 	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
+// validHostName: letters, digits, '-', '_' and '.' (underscores appear in
+// service names), as a resolver takes them.
 func validHostName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

@@ -296,3 +296,26 @@ func TestMostEndpointsFailing(t *testing.T) {
 		}
 	}
 }
+
+// The ramp's peak counts successes only: an endpoint answering 90 of 100
+// attempts a second with 429 took 1 a second (the outcomes' non-failures,
+// 429s among them, gave it 10, a ramp ten times what it took).
+func TestPeakCountsSuccessesOnly(t *testing.T) {
+	l := &lane{}
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 100 {
+		at := now.Add(time.Duration(i) * 100 * time.Millisecond)
+		l.outcomes.add(at, false, false) // a 429 or a 2xx: neither fails
+		if i%10 == 0 {
+			l.notePeak(at)
+		}
+	}
+	end := now.Add(10 * time.Second)
+	if got := l.peakNow(end); got < 0.95 || got > 1.0 {
+		t.Errorf("peak %.2f successes a second, want 1", got)
+	}
+	l.noteRate(end)
+	if want := 100 / breakerWindow.Seconds(); l.before < want-0.01 || l.before > want+0.01 {
+		t.Errorf("rate before %.2f, want its attempts a second over the minute, %.2f (more than the peak)", l.before, want)
+	}
+}

@@ -166,6 +166,7 @@ func (d *Dispatcher) attempt(a attemptArgs) {
 	a.h.inflight--
 	a.l.account(now)
 	a.l.heldFor(out.Duration)
+	a.h.noteHold(a.l)
 	a.l.inflight--
 	d.pumpLocked(a.h, now)
 	d.mu.Unlock()

@@ -31,16 +31,15 @@ type host struct {
 	wakeAt     time.Time // the wake-up queued for this host, if any
 	// served holds endpoints forgotten while idle whose last attempt
 	// succeeded, and when: within the breaker's look-back they still show
-	// the server works (mostEndpointsFailing), and one back is known quick
-	// or slow from its hold.
-	served      map[string]servedRec
+	// the server works (mostEndpointsFailing).
+	served      map[string]time.Time
 	servedPrune int // the size of served at which it is next pruned
-}
-
-// servedRec is what a host keeps of a forgotten endpoint that served.
-type servedRec struct {
-	at   time.Time
-	hold time.Duration
+	// holds is how long each endpoint's attempts keep a slot (its lanes'
+	// hold), by URL: a lane new to a URL that a live or forgotten lane
+	// knew is known quick or slow from the start. Kept while a lane or a
+	// served record names the URL.
+	holds      map[string]time.Duration
+	holdsPrune int // the size of holds at which it is next pruned
 }
 
 // cause is what opened a host's circuit.
@@ -112,6 +111,7 @@ type lane struct {
 	// trip holds only timeouts, under a tenth of what the endpoint took.
 	peak     float64
 	peakTime time.Time
+	oks      [int(observedRateWindow / time.Second)]tally // its successes by second, for the peak (n only)
 	// catchingUp: its circuit (or its host's) closed and the backlog it
 	// left is not yet sent; with no rate_limit it is paced meanwhile, at
 	// a rate doubling from catchUpAt (the ramp's end) until then.
@@ -235,12 +235,41 @@ func (l *lane) heldFor(d time.Duration) {
 func (l *lane) quick() bool { return l.hold > 0 && l.hold < quickHold }
 
 // learn notes the lane's subscription: its endpoint, and for an endpoint
-// back after it was forgotten, how long its attempts held a slot.
+// the host knows (another subscription of its URL, or one forgotten while
+// idle) how long its attempts hold a slot. A new URL is a new endpoint:
+// nothing of the old one's measures is kept.
 func (l *lane) learn(h *host, sub *core.Subscription) {
-	l.url, l.tenant = sub.URL, sub.TenantID
-	if l.hold == 0 {
-		l.hold = h.served[l.url].hold // zero if it never served here
+	if l.url != sub.URL {
+		if l.url != "" {
+			l.hold, l.peak, l.peakTime, l.oks = 0, 0, time.Time{}, [len(l.oks)]tally{}
+		}
+		l.url, l.tenant = sub.URL, sub.TenantID
 	}
+	if l.hold == 0 {
+		l.hold = h.holds[l.url] // zero if no lane of it was answered here
+	}
+}
+
+// noteHold keeps l's hold under its URL. What no lane or served record
+// names goes whenever the map has doubled since.
+func (h *host) noteHold(l *lane) {
+	if h.holds == nil {
+		h.holds = map[string]time.Duration{}
+	}
+	h.holds[l.endpoint()] = l.hold
+	if len(h.holds) < h.holdsPrune {
+		return
+	}
+	named := map[string]bool{}
+	for _, o := range h.lanes {
+		named[o.endpoint()] = true
+	}
+	for ep := range h.holds {
+		if _, ok := h.served[ep]; !ok && !named[ep] {
+			delete(h.holds, ep)
+		}
+	}
+	h.holdsPrune = max(64, 2*len(h.holds))
 }
 
 // endpoint is what the host's rules count as one endpoint: the URL, so one
@@ -330,7 +359,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.breaker, l.ramp, l.pauseUntil, l.aimd, l.goneAt = breaker{}, ramp{}, time.Time{}, aimd{}, time.Time{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
 	l.use, l.useAt, l.hold, l.before, l.catchingUp, l.catchUpAt = 0, time.Time{}, 0, 0, false, time.Time{}
-	l.peak, l.peakTime = 0, time.Time{}
+	l.peak, l.peakTime, l.oks = 0, time.Time{}, [len(l.oks)]tally{}
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -422,6 +451,10 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 		if !l.active(now) {
 			continue
 		}
+		sub, ok := d.cfg.Subs.Get(id)
+		if ok {
+			l.learn(h, sub)
+		}
 		if l.quick() {
 			quick, quickHeld, quickUse = quick+1, quickHeld+l.inflight, quickUse+l.usage(now)
 			if l.inflight == 0 {
@@ -429,8 +462,7 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 			}
 		}
 		n := sh.floor
-		if sub, ok := d.cfg.Subs.Get(id); ok {
-			l.learn(h, sub)
+		if ok {
 			n = l.limit(sub, n, now)
 		}
 		sh.claimed += max(0, n-l.inflight)
@@ -531,11 +563,23 @@ func (l *lane) peakNow(now time.Time) float64 {
 	return l.peak * math.Exp(-now.Sub(l.peakTime).Seconds()/peakDecay.Seconds())
 }
 
-// notePeak follows a success: the successes a second of the last
+// notePeak follows a success (a 2xx: outcomes' non-failures include 429s
+// and 4xx given up on): the successes a second of the last
 // observedRateWindow raise the peak.
 func (l *lane) notePeak(now time.Time) {
-	t := l.outcomes.sum(now, observedRateWindow)
-	l.peak, l.peakTime = max(float64(t.n-t.fail)/observedRateWindow.Seconds(), l.peakNow(now)), now
+	sec := now.Unix()
+	s := &l.oks[sec%int64(len(l.oks))]
+	if s.at != sec {
+		*s = tally{at: sec}
+	}
+	s.n++
+	n := 0
+	for _, o := range l.oks {
+		if o.at > sec-int64(len(l.oks)) {
+			n += int(o.n)
+		}
+	}
+	l.peak, l.peakTime = max(float64(n)/observedRateWindow.Seconds(), l.peakNow(now)), now
 }
 
 // noteRates is noteRate for every endpoint of a host whose circuit opens.
@@ -703,9 +747,9 @@ func (h *host) mostEndpointsFailing(now time.Time) bool {
 			serving[l.endpoint()] = true
 		}
 	}
-	for ep, r := range h.served {
+	for ep, at := range h.served {
 		switch {
-		case now.Sub(r.at) > breakerLookback:
+		case now.Sub(at) > breakerLookback:
 			delete(h.served, ep)
 		case !present[ep]:
 			seen[ep], serving[ep] = false, true
@@ -802,7 +846,7 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 		if m, ok := l.outcomes.last(); ok && m.fail {
 			delete(h.served, l.endpoint()) // an older success no longer says it works
 		} else if ok {
-			h.remember(l.endpoint(), servedRec{at: time.Unix(0, m.at), hold: l.hold}, now)
+			h.remember(l.endpoint(), time.Unix(0, m.at), now)
 		}
 		delete(h.lanes, id)
 	}
@@ -811,18 +855,18 @@ func (d *Dispatcher) forgetIdleLocked(h *host, now time.Time) {
 	}
 }
 
-// remember notes that a forgotten endpoint's last attempt succeeded (at r.at).
+// remember notes that a forgotten endpoint's last attempt succeeded at at.
 // What has left the look-back goes whenever the record has doubled since.
-func (h *host) remember(endpoint string, r servedRec, now time.Time) {
+func (h *host) remember(endpoint string, at, now time.Time) {
 	if h.served == nil {
-		h.served = map[string]servedRec{}
+		h.served = map[string]time.Time{}
 	}
-	h.served[endpoint] = r
+	h.served[endpoint] = at
 	if len(h.served) < h.servedPrune {
 		return
 	}
-	for ep, o := range h.served {
-		if now.Sub(o.at) > breakerLookback {
+	for ep, t := range h.served {
+		if now.Sub(t) > breakerLookback {
 			delete(h.served, ep)
 		}
 	}
@@ -860,8 +904,8 @@ func (l *lane) rememberUntil() time.Time {
 // endpoint would come back without the evidence that it works.
 func (h *host) rememberUntil() time.Time {
 	until := h.pauseUntil
-	for _, r := range h.served {
-		if t := r.at.Add(breakerLookback); t.After(until) {
+	for _, at := range h.served {
+		if t := at.Add(breakerLookback); t.After(until) {
 			until = t
 		}
 	}
