@@ -227,6 +227,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 				l.outcomes = window{}
 				l.ramp.start(now)
 				l.catchUp()
+				d.keepRampAsync(l.subID, now, max(l.before, rampMinBase))
 			}
 		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
 			l.noteRate(now)
@@ -396,6 +397,39 @@ func (d *Dispatcher) disableAsync(subID, reason string) {
 		delete(d.disabling, subID)
 		d.mu.Unlock()
 	}()
+}
+
+// keepRampAsync writes a ramp's start and base with its subscription, for a
+// node that takes the shard over (or this one, restarted) to go on with
+// it: in memory alone, a new owner sent a recovering endpoint's backlog at
+// 1,000-3,800 a second where its ramp had it at 1-3. A failed write costs
+// only that.
+func (d *Dispatcher) keepRampAsync(subID string, at time.Time, base float64) {
+	d.disables.Add(1)
+	go func() {
+		defer d.disables.Done()
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.cfg.Store.SubscriptionRampSet(ctx, subID, at, base); err != nil {
+			d.report("keeping a recovery ramp", began, err, "subscription", subID)
+		}
+	}()
+}
+
+// goOnRamp takes up a ramp another node (or this one before a restart)
+// began for l, if l has no history here and the ramp may still run: it
+// goes on from where it is, with the base it had, then the catch-up.
+func (l *lane) goOnRamp(at time.Time, base float64, now time.Time) {
+	if at.IsZero() || l.ramp.level != 0 || l.catchingUp || now.Sub(at) >= rampDuration*rampSlow {
+		return
+	}
+	if _, ok := l.outcomes.last(); ok {
+		return // it has attempts here: this node's own admission knows it
+	}
+	l.ramp.start(at)
+	l.before = base
+	l.catchUp()
 }
 
 // disable turns a subscription off after its endpoint said 410, through

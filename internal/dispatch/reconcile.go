@@ -161,6 +161,7 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 			continue
 		}
 		h, l := d.laneLocked(sd.Host, sd.SubscriptionID)
+		l.goOnRamp(sd.RampAt, sd.RampBase, now)
 		l.due(sd.NextAttemptAt)
 		l.wokeAt = now // as a Wake: it may stand in for a lost one
 		touched[h] = true

@@ -1293,3 +1293,64 @@ func reenabledSendsNothingSkipped(t *testing.T, elsewhere bool) {
 	}
 	s.stop()
 }
+
+// An endpoint's circuit closes and its ramp begins; then its node restarts
+// (as a node taking its shard over would, knowing nothing of it). The ramp
+// goes on where it was, with its base, from what the store keeps with the
+// subscription: in memory alone, the new owner sent the backlog unpaced (an
+// outside run on three PostgreSQL nodes: 1,000-3,800 a second to an
+// endpoint its ramp had at 1-3).
+func TestSimRampGoesOnAfterARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		downAt, upAt := start.Add(2*time.Minute), start.Add(5*time.Minute)
+		ep, sub := s.endpoint("flaky", downBetween(downAt, upAt, reply{status: 500, latency: 5 * time.Millisecond}))
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.flaky", 50*time.Millisecond, 6*time.Minute)
+		wg.Wait()
+		var closedAt time.Time
+		for deadline := time.Now().Add(30 * time.Minute); closedAt.IsZero() && time.Now().Before(deadline); time.Sleep(time.Second) {
+			for _, a := range ep.snapshot() {
+				if a.class == send.Delivered && !a.start.Before(upAt) {
+					closedAt = a.end
+					break
+				}
+			}
+		}
+		if closedAt.IsZero() {
+			t.Fatal("the endpoint's circuit never closed")
+		}
+		time.Sleep(time.Until(closedAt.Add(time.Minute)))
+		restartAt := time.Now()
+		s.ingest.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		s.d.Stop(ctx)
+		cancel()
+		s.start()
+		time.Sleep(2 * time.Minute)
+		perSec := map[int64]int{}
+		for _, a := range ep.snapshot() {
+			if a.class == send.Delivered && !a.start.Before(restartAt) {
+				perSec[a.start.Unix()]++
+			}
+		}
+		pending := s.states(sub)[core.DeliveryPending]
+		s.stop()
+		// The rate before the trip: 20 a second and the failing minute's
+		// retries (30 is generous); two to three minutes into the ramp it
+		// allows 40-60 % of it.
+		busiest := 0
+		for _, n := range perSec {
+			busiest = max(busiest, n)
+		}
+		t.Logf("after the restart: busiest second %d, %d still pending", busiest, pending)
+		if busiest > 30*0.7+1 {
+			t.Errorf("%d deliveries in one second after the restart, where the ramp allows at most %.0f", busiest, 30*0.7)
+		}
+		if pending == 0 {
+			t.Error("nothing left pending: the restart found no backlog to pace")
+		}
+	})
+}

@@ -219,6 +219,11 @@ type Store interface {
 	// pending deliveries on the given shards (nil: all), each with its host and
 	// earliest next_attempt_at.
 	DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]SubscriptionDue, error)
+	// SubscriptionRampSet keeps when the subscription's endpoint circuit
+	// last closed and the rate its recovery ramp is a share of (see
+	// SubscriptionDue). It is admission's state, not the subscription's:
+	// updated_at does not change.
+	SubscriptionRampSet(ctx context.Context, id string, at time.Time, base float64) error
 	// DeliveryRehost moves the subscription's pending deliveries that were
 	// written under another host than its current one (by a node that had
 	// not yet heard of the change) to the current host and its shard, and
@@ -558,6 +563,11 @@ type SubscriptionDue struct {
 	SubscriptionID string
 	Host           string
 	NextAttemptAt  time.Time
+	// RampAt and RampBase are the subscription's last recovery ramp: when
+	// its circuit closed (zero: none) and the rate the ramp is a share of
+	// (SubscriptionRampSet), so a node taking its shard over goes on with it.
+	RampAt   time.Time
+	RampBase float64
 }
 
 type DeliveryStats struct {

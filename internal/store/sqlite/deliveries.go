@@ -314,7 +314,7 @@ func collectJobs(rows *sql.Rows, err error) ([]core.Job, error) {
 // pending row from deliveries_subscription_due: a seek into each of its two
 // parts per subscription, whatever its backlog. Both NULL: none pending
 // (filtered in Go, where a WHERE would run the seeks twice).
-const pendingSubscriptionsQuery = `SELECT s.id, s.host,
+const pendingSubscriptionsQuery = `SELECT s.id, s.host, s.ramp_at, s.ramp_base,
 	(SELECT d.next_attempt_at FROM deliveries d INDEXED BY deliveries_subscription_due
 		WHERE d.subscription_id = s.id AND (d.sequence > 0) = 0 AND d.state = 'pending'
 		AND (?1 IS NULL OR d.shard IN (SELECT value FROM json_each(?1)))
@@ -352,8 +352,12 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	for rows.Next() {
 		var d store.SubscriptionDue
 		var unordered, ordered sql.NullInt64
-		if err := rows.Scan(&d.SubscriptionID, &d.Host, &unordered, &ordered); err != nil {
+		var rampAt int64
+		if err := rows.Scan(&d.SubscriptionID, &d.Host, &rampAt, &d.RampBase, &unordered, &ordered); err != nil {
 			return nil, err
+		}
+		if rampAt != 0 {
+			d.RampAt = tm(rampAt)
 		}
 		if !unordered.Valid && !ordered.Valid {
 			continue // nothing pending
@@ -362,6 +366,13 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+func (s *Store) SubscriptionRampSet(ctx context.Context, id string, at time.Time, base float64) error {
+	return mapErr(s.writeTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE subscriptions SET ramp_at = ?, ramp_base = ? WHERE id = ?`, ns(at), base, id)
+		return err
+	}))
 }
 
 func (s *Store) DeliveryRehost(ctx context.Context, subscriptionID string) (int, error) {

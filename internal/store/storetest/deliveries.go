@@ -127,6 +127,19 @@ func testDeliveryPendingSubscriptions(t *testing.T, s store.Store) {
 	if ds := list([]int{99}); len(ds) != 0 {
 		t.Fatalf("empty shard lists %+v", ds)
 	}
+	// A recovery ramp kept with the subscription comes with it, for a node
+	// taking its shard over; the subscription's own version does not move.
+	noErr(t, "SubscriptionRampSet", s.SubscriptionRampSet(f.ctx, h2.ID, at(15*time.Second), 20.5))
+	same(t, "shard 2 with a ramp", list([]int{2}), []store.SubscriptionDue{
+		{SubscriptionID: h2.ID, Host: "h2.example:443", NextAttemptAt: at(20 * time.Second), RampAt: at(15 * time.Second), RampBase: 20.5},
+	})
+	same(t, "all shards with a ramp", list(nil)[2], store.SubscriptionDue{
+		SubscriptionID: h2.ID, Host: "h2.example:443", NextAttemptAt: at(20 * time.Second), RampAt: at(15 * time.Second), RampBase: 20.5})
+	got, err := s.SubscriptionGet(f.ctx, "", h2.ID)
+	noErr(t, "SubscriptionGet", err)
+	if !got.UpdatedAt.Equal(h2.UpdatedAt) {
+		t.Errorf("SubscriptionRampSet moved updated_at: %s, was %s", got.UpdatedAt, h2.UpdatedAt)
+	}
 }
 
 // testDeliveryRehost: deliveries written under a host the subscription has

@@ -1,0 +1,7 @@
+-- A recovering endpoint's ramp, kept with its subscription: admission state
+-- is in memory on the node that owns the host's shard, and a node taking the
+-- shard over sent a recovering endpoint's backlog at 1,000-3,800 a second
+-- where the ramp had it at 1-3. ramp_at: when its circuit last closed (NULL:
+-- never); ramp_base: the deliveries a second the ramp is a share of.
+ALTER TABLE subscriptions ADD COLUMN ramp_at timestamptz;
+ALTER TABLE subscriptions ADD COLUMN ramp_base double precision NOT NULL DEFAULT 0;
