@@ -226,7 +226,11 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
 	a.life = lifecycle.New(lifecycle.Config{Store: st, Subs: a.subsvc, Ingest: a.ingest, Log: cfg.Log, Outage: a.outage,
 		Owns:         func(host string) bool { return a.dispatch.OwnsShard(core.ShardOf(host)) },
-		DisableAfter: cfg.DisableAfter})
+		DisableAfter: cfg.DisableAfter,
+		Shedding: func(id string) bool {
+			_, on := a.shed.Shedding(id)
+			return on
+		}})
 	if err := a.dispatch.Start(ctx); err != nil {
 		a.ingest.Close()
 		a.outage.Stop()

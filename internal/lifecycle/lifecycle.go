@@ -69,6 +69,10 @@ type Config struct {
 	// Outage is told of store calls failed in an outage, which it logs
 	// once for the node (nil: every failure is logged).
 	Outage *outage.Tracker
+	// Shedding says whether ingest sheds a subscription's new deliveries
+	// now (nil: never): its recovery is told once that ends, not while its
+	// events are still skipped.
+	Shedding func(subID string) bool
 }
 
 // Lifecycle runs one scan a minute (recoveries, auto-disable) and sends
@@ -227,6 +231,9 @@ func (l *Lifecycle) Scan(ctx context.Context, now time.Time) {
 	rec, err := l.cfg.Store.SubscriptionsRecovered(ctx)
 	l.logErr("listing recovered subscriptions", "", began, err)
 	for _, f := range rec {
+		if l.cfg.Shedding != nil && l.cfg.Shedding(f.ID) {
+			continue // listed again at each scan until it is told
+		}
 		l.recovered(ctx, f, now)
 	}
 	began = time.Now()

@@ -54,6 +54,13 @@ type world struct {
 	mu     sync.Mutex
 	answer map[string]func(now time.Time) int // URL → status
 	seen   map[string][]delivered             // URL → attempts
+	shed   map[string]bool                    // subscriptions being shed (Config.Shedding)
+}
+
+func (w *world) shedding(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.shed[id]
 }
 
 func newWorld(t *testing.T, disableAfter time.Duration) *world {
@@ -76,7 +83,7 @@ func newWorld(t *testing.T, disableAfter time.Duration) *world {
 		Disable: func(ctx context.Context, id, reason string) error { return w.life.Disable(ctx, id, reason) },
 		Failing: func(ctx context.Context, f dispatch.Failure) { w.life.Failing(ctx, Failure(f)) }})
 	w.ingest = ingest.New(st, reg, w.d.Notify, ingest.WithReservations(w.d.Reserve, w.d.Release))
-	w.life = New(Config{Store: st, Subs: w.svc, Ingest: w.ingest, DisableAfter: disableAfter, Log: log})
+	w.life = New(Config{Store: st, Subs: w.svc, Ingest: w.ingest, DisableAfter: disableAfter, Log: log, Shedding: w.shedding})
 	if err := w.d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -400,5 +407,46 @@ func TestSimTurnedBackOnStartsAfresh(t *testing.T) {
 		if at := disabled[1].at.Sub(on.UpdatedAt); at < DefaultDisableAfter {
 			t.Errorf("disabled again %s after being turned back on, before its five days", at)
 		}
+	})
+}
+
+// An endpoint fails, is alerted failing, then answers again while ingest
+// sheds its new deliveries (its backlog grew past the threshold). Told
+// "recovered" then, its owner would believe its events arrive while they
+// are skipped (an outside run on PostgreSQL saw it): the event waits until
+// shedding ends, and is sent once.
+func TestSimRecoveredWaitsForShedding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, DefaultDisableAfter)
+		defer w.stop()
+		start := time.Now()
+		sub := w.subscribe("https://shed.example/hook", []string{"order.*"}, func(now time.Time) int {
+			if now.Sub(start) < 10*time.Minute {
+				return 500
+			}
+			return 200
+		})
+		w.subscribe(ops, []string{"hookd.*"}, always(200))
+		w.mu.Lock()
+		w.shed = map[string]bool{sub.ID: true}
+		w.mu.Unlock()
+		var wg sync.WaitGroup
+		w.traffic(&wg, "order.created", 2*time.Second, time.Hour)
+		time.Sleep(30 * time.Minute)
+		early := len(w.events(ops, TypeRecovered))
+		w.mu.Lock()
+		w.shed = nil
+		w.mu.Unlock()
+		shedEnded := time.Now()
+		wg.Wait()
+		time.Sleep(5 * time.Minute)
+		if n := len(w.events(ops, TypeFailing)); n != 1 {
+			t.Fatalf("%d failing events, want 1", n)
+		}
+		recovered := w.events(ops, TypeRecovered)
+		if early != 0 || len(recovered) != 1 || recovered[0].at.Before(shedEnded) {
+			t.Fatalf("recovered events: %d while shedding, %d in all (want 0, then 1 after it ended)", early, len(recovered))
+		}
+		t.Logf("recovered sent %s after shedding ended", recovered[0].at.Sub(shedEnded))
 	})
 }
