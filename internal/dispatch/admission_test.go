@@ -307,11 +307,11 @@ func TestPeakCountsSuccessesOnly(t *testing.T) {
 		at := now.Add(time.Duration(i) * 100 * time.Millisecond)
 		l.outcomes.add(at, false, false) // a 429 or a 2xx: neither fails
 		if i%10 == 0 {
-			l.notePeak(at)
+			l.best.success(at)
 		}
 	}
 	end := now.Add(10 * time.Second)
-	if got := l.peakNow(end); got < 0.95 || got > 1.0 {
+	if got := l.best.at(end); got < 0.95 || got > 1.0 {
 		t.Errorf("peak %.2f successes a second, want 1", got)
 	}
 	l.noteRate(end)

@@ -165,8 +165,7 @@ func (d *Dispatcher) attempt(a attemptArgs) {
 	now := time.Now()
 	a.h.inflight--
 	a.l.account(now)
-	a.l.heldFor(out.Duration)
-	a.h.noteHold(a.l)
+	a.h.heldFor(a.l, out.Duration)
 	a.l.inflight--
 	d.pumpLocked(a.h, now)
 	d.mu.Unlock()
@@ -247,7 +246,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		l.aimd.cut(now, float64(t.n)/observedRateWindow.Seconds())
 	}
 	if out.Class == send.Delivered {
-		l.notePeak(now)
+		l.best.success(now)
 		if out.StartedAt.After(l.servedAt) {
 			l.servedAt = out.StartedAt
 		}
@@ -389,9 +388,9 @@ func (d *Dispatcher) disableAsync(subID, reason string) {
 	}
 	d.disabling[subID] = true
 	d.mu.Unlock()
-	d.disables.Add(1)
+	d.async.Add(1)
 	go func() {
-		defer d.disables.Done()
+		defer d.async.Done()
 		d.disable(subID, reason)
 		d.mu.Lock()
 		delete(d.disabling, subID)
@@ -405,9 +404,9 @@ func (d *Dispatcher) disableAsync(subID, reason string) {
 // 1,000-3,800 a second where its ramp had it at 1-3. A failed write costs
 // only that.
 func (d *Dispatcher) keepRampAsync(subID string, at time.Time, base float64) {
-	d.disables.Add(1)
+	d.async.Add(1)
 	go func() {
-		defer d.disables.Done()
+		defer d.async.Done()
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -151,7 +151,7 @@ type Dispatcher struct {
 	quit       chan struct{}
 	idle       chan attemptArgs // attempt goroutines waiting for their next one
 	disabling  map[string]bool  // subscriptions being disabled (disableAsync)
-	disables   sync.WaitGroup
+	async      sync.WaitGroup   // disableAsync's and keepRampAsync's store calls
 	// failures queue reports for Config.Failing to one goroutine, so a host
 	// circuit opening over thousands of endpoints costs no goroutine each;
 	// closed (and failuresClosed set) once nothing can report any more.
@@ -269,7 +269,7 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 	}
 	d.cancelSend()
 	d.results.close(ctx)
-	d.disables.Wait()
+	d.async.Wait()
 	d.mu.Lock()
 	d.failuresClosed = true
 	close(d.failures)

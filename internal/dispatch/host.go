@@ -34,10 +34,11 @@ type host struct {
 	// the server works (mostEndpointsFailing).
 	served      map[string]time.Time
 	servedPrune int // the size of served at which it is next pruned
-	// holds is how long each endpoint's attempts keep a slot (its lanes'
-	// hold), by URL: a lane new to a URL that a live or forgotten lane
-	// knew is known quick or slow from the start. Kept while a lane or a
-	// served record names the URL.
+	// holds is how long each endpoint's attempts keep a slot, averaged, by
+	// URL (see quick): one URL is one endpoint, whichever of its lanes
+	// sends, and a lane new to a URL a live or forgotten lane knew is known
+	// quick or slow from the start. Kept while a lane or a served record
+	// names the URL.
 	holds      map[string]time.Duration
 	holdsPrune int // the size of holds at which it is next pruned
 }
@@ -99,19 +100,14 @@ type lane struct {
 	// as of useAt: its recent share of the host's time (see usage).
 	use   float64
 	useAt time.Time
-	// hold is how long its attempts keep a slot, averaged (see quick).
-	hold time.Duration
 	// before is the attempts a second it made in the minute before its
 	// own or its host's circuit last opened, or what it took at its best
 	// lately if more (peak): with no rate_limit, what the recovery ramp's
 	// rate is a share of.
 	before float64
-	// peak is its most successes a second (over observedRateWindow) lately,
-	// as of peakTime, decaying over peakDecay: a hang's minute before the
-	// trip holds only timeouts, under a tenth of what the endpoint took.
-	peak     float64
-	peakTime time.Time
-	oks      [int(observedRateWindow / time.Second)]tally // its successes by second, for the peak (n only)
+	// best is its most successes a second lately: a hang's minute before
+	// the trip holds only timeouts, under a tenth of what the endpoint took.
+	best peakRate
 	// catchingUp: its circuit (or its host's) closed and the backlog it
 	// left is not yet sent; with no rate_limit it is paced meanwhile, at
 	// a rate doubling from catchUpAt (the ramp's end) until then.
@@ -219,44 +215,18 @@ func (l *lane) account(now time.Time) {
 	l.use, l.useAt = l.usage(now), now
 }
 
-// heldFor notes how long one attempt kept its slot.
-func (l *lane) heldFor(d time.Duration) {
-	if l.hold == 0 {
-		l.hold = d
-		return
-	}
-	l.hold += (d - l.hold) / 4
-}
-
-// quick: the endpoint's attempts are known to give their slot back within
-// quickHold. One never answered is not known quick: new endpoints that
-// turned out slow, joining one after another, each took the slot a quick
-// one gave back (counted quick) and held it until its first answer.
-func (l *lane) quick() bool { return l.hold > 0 && l.hold < quickHold }
-
-// learn notes the lane's subscription: its endpoint, and for an endpoint
-// the host knows (another subscription of its URL, or one forgotten while
-// idle) how long its attempts hold a slot. A new URL is a new endpoint:
-// nothing of the old one's measures is kept.
-func (l *lane) learn(h *host, sub *core.Subscription) {
-	if l.url != sub.URL {
-		if l.url != "" {
-			l.hold, l.peak, l.peakTime, l.oks = 0, 0, time.Time{}, [len(l.oks)]tally{}
-		}
-		l.url, l.tenant = sub.URL, sub.TenantID
-	}
-	if l.hold == 0 {
-		l.hold = h.holds[l.url] // zero if no lane of it was answered here
-	}
-}
-
-// noteHold keeps l's hold under its URL. What no lane or served record
-// names goes whenever the map has doubled since.
-func (h *host) noteHold(l *lane) {
+// heldFor notes how long one of l's attempts kept its slot, in its URL's
+// average. What no lane or served record names goes whenever the map has
+// doubled since.
+func (h *host) heldFor(l *lane, d time.Duration) {
 	if h.holds == nil {
 		h.holds = map[string]time.Duration{}
 	}
-	h.holds[l.endpoint()] = l.hold
+	ep := l.endpoint()
+	if old := h.holds[ep]; old != 0 {
+		d = old + (d-old)/4
+	}
+	h.holds[ep] = d
 	if len(h.holds) < h.holdsPrune {
 		return
 	}
@@ -270,6 +240,27 @@ func (h *host) noteHold(l *lane) {
 		}
 	}
 	h.holdsPrune = max(64, 2*len(h.holds))
+}
+
+// quick: l's endpoint is known to give its slots back within quickHold.
+// One never answered is not known quick: new endpoints that turned out
+// slow, joining one after another, each took the slot a quick one gave
+// back (counted quick) and held it until its first answer.
+func (h *host) quick(l *lane) bool {
+	d := h.holds[l.endpoint()]
+	return d > 0 && d < quickHold
+}
+
+// learn notes the lane's subscription: its endpoint. A new URL is a new
+// endpoint: nothing of the old one's measures is kept (its hold is the
+// new URL's, if the host knows it).
+func (l *lane) learn(sub *core.Subscription) {
+	if l.url != sub.URL {
+		if l.url != "" {
+			l.best = peakRate{}
+		}
+		l.url, l.tenant = sub.URL, sub.TenantID
+	}
 }
 
 // endpoint is what the host's rules count as one endpoint: the URL, so one
@@ -358,8 +349,7 @@ func (d *Dispatcher) movedFromLocked(l *lane, sub *core.Subscription) {
 	l.storeDue, l.recorded, l.lastStart = time.Time{}, nil, time.Time{}
 	l.breaker, l.ramp, l.pauseUntil, l.aimd, l.goneAt = breaker{}, ramp{}, time.Time{}, aimd{}, time.Time{}
 	l.toldAt, l.servedAt = time.Time{}, time.Time{}
-	l.use, l.useAt, l.hold, l.before, l.catchingUp, l.catchUpAt = 0, time.Time{}, 0, 0, false, time.Time{}
-	l.peak, l.peakTime, l.oks = 0, time.Time{}, [len(l.oks)]tally{}
+	l.use, l.useAt, l.before, l.catchingUp, l.catchUpAt, l.best = 0, time.Time{}, 0, false, time.Time{}, peakRate{}
 	d.moves = append(d.moves, move{host: sub.Host, subID: sub.ID})
 }
 
@@ -453,9 +443,9 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 		}
 		sub, ok := d.cfg.Subs.Get(id)
 		if ok {
-			l.learn(h, sub)
+			l.learn(sub)
 		}
-		if l.quick() {
+		if h.quick(l) {
 			quick, quickHeld, quickUse = quick+1, quickHeld+l.inflight, quickUse+l.usage(now)
 			if l.inflight == 0 {
 				quickIdle++
@@ -491,7 +481,7 @@ func (sh share) of(l *lane, h *host, hostCap int) int {
 
 // reserved: starting l would take the slot kept back for quick endpoints.
 func (sh share) reserved(l *lane, h *host, hostCap int) bool {
-	return sh.reserve > 0 && !l.quick() && hostCap-h.inflight-1 < sh.reserve
+	return sh.reserve > 0 && !h.quick(l) && hostCap-h.inflight-1 < sh.reserve
 }
 
 // limit is how many attempts the endpoint may hold: its fair share, or
@@ -555,31 +545,39 @@ func (h *host) catchUp() {
 // noteRate keeps the endpoint's attempts a second over the last minute,
 // or its recent peak if more, as its circuit (or its host's) opens.
 func (l *lane) noteRate(now time.Time) {
-	l.before = max(float64(l.outcomes.sum(now, breakerWindow).n)/breakerWindow.Seconds(), l.peakNow(now))
+	l.before = max(float64(l.outcomes.sum(now, breakerWindow).n)/breakerWindow.Seconds(), l.best.at(now))
 }
 
-// peakNow is the lane's peak of successes a second, decayed to now.
-func (l *lane) peakNow(now time.Time) float64 {
-	return l.peak * math.Exp(-now.Sub(l.peakTime).Seconds()/peakDecay.Seconds())
+// peakRate is the most successes a second (over observedRateWindow) seen
+// lately, as of when, decaying over peakDecay.
+type peakRate struct {
+	rate float64
+	when time.Time
+	secs [int(observedRateWindow / time.Second)]tally // successes by second (n only)
 }
 
-// notePeak follows a success (a 2xx: outcomes' non-failures include 429s
-// and 4xx given up on): the successes a second of the last
-// observedRateWindow raise the peak.
-func (l *lane) notePeak(now time.Time) {
+// at is the peak decayed to now.
+func (p *peakRate) at(now time.Time) float64 {
+	return p.rate * math.Exp(-now.Sub(p.when).Seconds()/peakDecay.Seconds())
+}
+
+// success counts one 2xx (the outcomes' non-failures include 429s and 4xx
+// given up on): the successes a second of the last observedRateWindow
+// raise the peak.
+func (p *peakRate) success(now time.Time) {
 	sec := now.Unix()
-	s := &l.oks[sec%int64(len(l.oks))]
+	s := &p.secs[sec%int64(len(p.secs))]
 	if s.at != sec {
 		*s = tally{at: sec}
 	}
 	s.n++
 	n := 0
-	for _, o := range l.oks {
-		if o.at > sec-int64(len(l.oks)) {
+	for _, o := range p.secs {
+		if o.at > sec-int64(len(p.secs)) {
 			n += int(o.n)
 		}
 	}
-	l.peak, l.peakTime = max(float64(n)/observedRateWindow.Seconds(), l.peakNow(now)), now
+	p.rate, p.when = max(float64(n)/observedRateWindow.Seconds(), p.at(now)), now
 }
 
 // noteRates is noteRate for every endpoint of a host whose circuit opens.
@@ -629,7 +627,7 @@ func (d *Dispatcher) pickLocked(h *host, hostCap int, sh share, now time.Time) (
 			d.dropLocked(l)
 			continue
 		}
-		l.learn(h, sub)
+		l.learn(sub)
 		if sh.reserved(l, h, hostCap) || !l.admits(l.limit(sub, sh.of(l, h, hostCap), now), h.rate(l, sub, now), now) {
 			continue
 		}
