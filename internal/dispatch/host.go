@@ -479,9 +479,18 @@ func (sh share) of(l *lane, h *host, hostCap int) int {
 	return sh.floor
 }
 
-// reserved: starting l would take the slot kept back for quick endpoints.
+// reserved: starting l would take the slot kept back for quick endpoints,
+// or the host's last free slot while l, not known quick, already holds one.
+// That last slot is the next endpoint's to try: an endpoint alone on its
+// host has the whole cap for its share, and a new one that hangs took all
+// ten slots before its first answer, holding a quick one that came a
+// moment later for their timeouts.
 func (sh share) reserved(l *lane, h *host, hostCap int) bool {
-	return sh.reserve > 0 && !h.quick(l) && hostCap-h.inflight-1 < sh.reserve
+	if h.quick(l) {
+		return false
+	}
+	free := hostCap - h.inflight - 1 // after starting l
+	return sh.reserve > 0 && free < sh.reserve || l.inflight > 0 && hostCap > 1 && free < 1
 }
 
 // limit is how many attempts the endpoint may hold: its fair share, or

@@ -933,3 +933,38 @@ func TestSimSecondSubscriptionOfAQuickURLIsQuick(t *testing.T) {
 		}
 	})
 }
+
+// A new path that hangs gets a burst while it is the host's only active
+// endpoint, so the host's whole cap is its share; a second, quick path
+// starts sending a moment later. Nothing has answered yet, so neither is
+// known quick or slow: before, the hanging path took all ten slots before
+// its first answer and the quick one waited for their timeouts (29 s).
+// One slot is now kept from an endpoint not known quick that already holds
+// one, for the next endpoint to try.
+func TestSimHangingPathsBurstLeavesASlotForTheNextPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		start := time.Now()
+		_, hsub := s.path(gateway, "hang", "sim.hang", hang)
+		quick, qsub := s.path(gateway, "quick", "sim.quick", ok(20*time.Millisecond))
+		s.start()
+		for range 40 {
+			s.post(hsub.EventTypes[0], "")
+		}
+		time.Sleep(time.Until(start.Add(2 * time.Second)))
+		var wg sync.WaitGroup
+		s.traffic(&wg, qsub.EventTypes[0], 500*time.Millisecond, time.Minute)
+		wg.Wait()
+		time.Sleep(10 * time.Second) // the last deliveries land
+		lags, _ := s.lagsSplit(quick, time.Now())
+		slices.Sort(lags)
+		s.stop()
+		if len(lags) != 120 {
+			t.Fatalf("the quick path got %d of its 120 events", len(lags))
+		}
+		t.Logf("quick path's lag p50 %s, p99 %s, max %s", pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1))
+		if most := pct(lags, 1); most > time.Second {
+			t.Errorf("the quick path waited %s behind a hanging path's burst", most)
+		}
+	})
+}
