@@ -40,7 +40,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, strict bool) erro
 	if c, err := firstByte(body); err == nil && c != '{' {
 		return errBadRequest("body", "must be one JSON object")
 	}
-	if err := json.UnmarshalRead(body, v, json.RejectUnknownMembers(strict)); err != nil {
+	if err := json.UnmarshalRead(body, v, json.RejectUnknownMembers(strict), json.WithUnmarshalers(exactFloats)); err != nil {
 		return decodeError(err)
 	}
 	if field := nulField(reflect.ValueOf(v), ""); field != "" {
@@ -65,6 +65,28 @@ func noBody(w http.ResponseWriter, r *http.Request) error {
 	}
 	return nil
 }
+
+// exactFloats refuses, as out of range, a number too small for a float64
+// that is not 0: 1e-400 decoded as 0, and a rate_limit of 0 is unlimited.
+var exactFloats = json.UnmarshalFromFunc(func(dec *jsontext.Decoder, f *float64) error {
+	if dec.PeekKind() != '0' {
+		return json.SkipFunc // not a number: the default's error
+	}
+	v, err := dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseFloat(string(v), 64)
+	mantissa, _, _ := strings.Cut(strings.ToLower(string(v)), "e")
+	if err == nil && n == 0 && strings.ContainsAny(mantissa, "123456789") {
+		err = &strconv.NumError{Func: "ParseFloat", Num: string(v), Err: strconv.ErrRange}
+	}
+	if err != nil {
+		return err
+	}
+	*f = n
+	return nil
+})
 
 // firstByte is br's first byte past JSON whitespace, left unread.
 func firstByte(br *bufio.Reader) (byte, error) {

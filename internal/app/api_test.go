@@ -147,8 +147,11 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"retry_status_codes 2xx", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"retry_status_codes":[200]}`, 422, "retry_status_codes[0]"},
 		{"retry_status_codes twice", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"retry_status_codes":[429,301,429]}`, 422, "retry_status_codes[2]"},
 		{"rate_limit too slow", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"rate_limit":0.0000001}`, 422, "rate_limit"},
+		// 1e-400 is below the smallest float64: decoded as 0 it was "unlimited".
+		{"rate_limit under a float's range", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"rate_limit":1e-400}`, 400, "rate_limit"},
 		{"header svix-*", "POST", "/v1/subscriptions", `{"url":"` + rc.URL + `","event_types":["*"],"headers":{"Svix-Signature":"v1,x"}}`, 422, "headers.Svix-Signature"},
 		{"replay rate too slow", "POST", "/v1/subscriptions/" + sub + "/replay", `{"since":"2026-01-01T00:00:00Z","rate":1e-300}`, 422, "rate"},
+		{"replay rate under a float's range", "POST", "/v1/subscriptions/" + sub + "/replay", `{"since":"2026-01-01T00:00:00Z","rate":-1e-400}`, 400, "rate"},
 		{"patch bad state", "PATCH", "/v1/subscriptions/" + sub, `{"state":"gone"}`, 422, "state"},
 		{"patch bad url", "PATCH", "/v1/subscriptions/" + sub, `{"url":"nope","state":"paused"}`, 422, "url"},
 		{"list bad state", "GET", "/v1/subscriptions/" + sub + "/deliveries?state=lost", nil, 400, "state"},
