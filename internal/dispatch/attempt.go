@@ -263,6 +263,9 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 	hs.add(now, out)
 }
 
+// goneReason is why a subscription whose endpoint answered 410 is disabled.
+const goneReason = "endpoint answered 410 Gone"
+
 // nextState applies the retry policy to one attempt's outcome.
 func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) result {
 	n := dl.AttemptCount + 1
@@ -278,7 +281,7 @@ func nextState(sub *core.Subscription, dl *core.Delivery, out send.Outcome) resu
 		r.State = core.DeliveryDelivered
 	case send.Gone:
 		r.State = core.DeliveryFailed
-		r.disable = "endpoint answered 410 Gone"
+		r.disable = goneReason
 	case send.Retry:
 		schedule := sub.Schedule()
 		try := n - dl.RoundStart // tries in this round, the first included

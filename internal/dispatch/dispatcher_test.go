@@ -610,3 +610,64 @@ func TestMovedSubscriptionStopsRefillingTheOldLane(t *testing.T) {
 		t.Errorf("%d refills after the move", n)
 	}
 }
+
+// A node that died after writing a 410's result and before its disable
+// landed left the subscription active with its backlog: started again, it
+// sent that backlog to the endpoint that had said it is gone, up to the
+// host's cap, before the next 410 disabled it. The 410 is in the store
+// with the subscription's last failure, so the restarted node disables it
+// first and sends it nothing. One re-enabled after its 410 is sent to.
+func TestA410WhoseDisableDidNotLandDisablesAfterARestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	gone, back := b.subscription(t, "gone.example:80"), b.subscription(t, "back.example:80")
+	answered := time.Now().UTC()
+	for _, sub := range []core.Subscription{gone, back} {
+		ids := b.pending(t, sub, 20)
+		if err := b.store.DeliveryRecordResults(context.Background(), []store.AttemptResult{{SubscriptionID: sub.ID,
+			Attempt: core.Attempt{DeliveryID: ids[0], N: 1, StartedAt: answered, Duration: time.Millisecond, StatusCode: 410},
+			State:   core.DeliveryFailed, Now: answered}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// back was re-enabled after its 410 (by its owner, on another node).
+	back.UpdatedAt = answered.Add(time.Millisecond)
+	if err := b.store.SubscriptionUpdate(context.Background(), back); err != nil {
+		t.Fatal(err)
+	}
+	b.subs.Put(back)
+
+	var sentGone, sentBack atomic.Int64
+	disabled := make(chan string, 10)
+	b.run(t, Config{
+		Sender: senderFunc(func(ctx context.Context, s *core.Subscription, j *core.Job) send.Outcome {
+			if s.ID == gone.ID {
+				sentGone.Add(1)
+				return send.Outcome{Class: send.Gone, StatusCode: 410}
+			}
+			sentBack.Add(1)
+			return send.Outcome{Class: send.Delivered, StatusCode: 200}
+		}),
+		Disable: func(ctx context.Context, id, reason string) error {
+			disabled <- id + ": " + reason
+			return nil
+		},
+	})
+	select {
+	case got := <-disabled:
+		if want := gone.ID + ": " + goneReason; got != want {
+			t.Fatalf("disabled %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription whose 410 was written is not disabled after the restart")
+	}
+	testenv.Eventually(t, 10*time.Second, "the re-enabled subscription's 19 sent", func() bool { return sentBack.Load() == 19 })
+	if n := sentGone.Load(); n != 0 {
+		t.Errorf("%d deliveries sent to the endpoint that answered 410 before the restart", n)
+	}
+	select {
+	case got := <-disabled:
+		t.Errorf("also disabled %q", got)
+	default:
+	}
+}

@@ -148,7 +148,7 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 	if err != nil {
 		return err
 	}
-	var strays []string
+	var strays, gone []string
 	d.mu.Lock()
 	now := time.Now()
 	touched := map[*host]bool{}
@@ -162,6 +162,9 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 		}
 		h, l := d.laneLocked(sd.Host, sd.SubscriptionID)
 		l.goOnRamp(sd.RampAt, sd.RampBase, now)
+		if d.goneBeforeLocked(l, sd.SubscriptionID, sd.GoneAt, now) {
+			gone = append(gone, sd.SubscriptionID)
+		}
 		l.due(sd.NextAttemptAt)
 		l.wokeAt = now // as a Wake: it may stand in for a lost one
 		touched[h] = true
@@ -170,6 +173,9 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 		d.pumpLocked(h, now)
 	}
 	d.mu.Unlock()
+	for _, id := range gone {
+		d.disableAsync(id, goneReason)
+	}
 	// Move them to the current host; the store tells its owner. Left where
 	// they are, neither node would send them.
 	for _, id := range strays {
@@ -185,6 +191,23 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 		}
 	}
 	return nil
+}
+
+// goneBeforeLocked holds l, and says its subscription is to be disabled,
+// if its endpoint answered 410 (at goneAt) with nothing delivered since and
+// the subscription still stands as it was then: the disable that follows
+// the result did not land (its node died between the two writes). Sent,
+// its backlog went to the endpoint up to the host's cap first.
+func (d *Dispatcher) goneBeforeLocked(l *lane, subID string, goneAt, now time.Time) bool {
+	if goneAt.IsZero() {
+		return false
+	}
+	sub, ok := d.cfg.Subs.Get(subID)
+	if !ok || sub.State != core.SubActive || !sub.UpdatedAt.Before(goneAt) {
+		return false // changed since: re-enabled, or its disable landed
+	}
+	l.goneAt = maxTime(l.goneAt, now)
+	return true
 }
 
 // expireReason is the last_error of a delivery failed without an attempt.

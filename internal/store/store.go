@@ -568,6 +568,11 @@ type SubscriptionDue struct {
 	// (SubscriptionRampSet), so a node taking its shard over goes on with it.
 	RampAt   time.Time
 	RampBase float64
+	// GoneAt is when its endpoint last answered 410 Gone, if nothing it
+	// was sent succeeded since (zero: not so): the failure is written with
+	// the result, the disable after it, and a node that died between the
+	// two left the subscription active.
+	GoneAt time.Time
 }
 
 type DeliveryStats struct {

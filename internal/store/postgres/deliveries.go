@@ -295,7 +295,7 @@ func collectJobs(rows pgx.Rows, err error) ([]core.Job, error) {
 // from deliveries_subscription_due: a probe into each of its two parts per
 // subscription, whatever its backlog. NULL: none pending (filtered in Go,
 // where a WHERE would run the probes twice).
-const allPendingQuery = `SELECT s.id, s.host, s.ramp_at, s.ramp_base, LEAST(
+const allPendingQuery = `SELECT s.id, s.host, s.ramp_at, s.ramp_base, CASE WHEN s.last_failure_status = 410 AND s.failing_since IS NOT NULL THEN s.last_failure_at END, LEAST(
 		(SELECT d.next_attempt_at FROM deliveries d
 			WHERE d.subscription_id = s.id AND (d.sequence > 0)::int = 0 AND d.state = 'pending'
 			ORDER BY d.next_attempt_at LIMIT 1),
@@ -322,10 +322,10 @@ const shardPendingQuery = `WITH RECURSIVE pairs (shard, subscription_id, next) A
 			WHERE d.state = 'pending' AND d.shard = p.shard AND d.subscription_id > p.subscription_id
 			ORDER BY d.subscription_id, d.next_attempt_at LIMIT 1) f
 	)
-	SELECT s.id, s.host, s.ramp_at, s.ramp_base, min(p.next)
+	SELECT s.id, s.host, s.ramp_at, s.ramp_base, CASE WHEN s.last_failure_status = 410 AND s.failing_since IS NOT NULL THEN s.last_failure_at END, min(p.next)
 	FROM pairs p JOIN subscriptions s ON s.id = p.subscription_id
 	WHERE s.state = 'active' AND s.deleted_at IS NULL
-	GROUP BY s.id, s.host, s.ramp_at, s.ramp_base`
+	GROUP BY s.id`
 
 func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) ([]store.SubscriptionDue, error) {
 	var rows pgx.Rows
@@ -336,14 +336,17 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	}
 	out := []store.SubscriptionDue{}
 	var d store.SubscriptionDue
-	var next, rampAt pgtype.Timestamptz
-	_, err := pgx.ForEachRow(rows, []any{&d.SubscriptionID, &d.Host, &rampAt, &d.RampBase, &next}, func() error {
+	var next, rampAt, goneAt pgtype.Timestamptz
+	_, err := pgx.ForEachRow(rows, []any{&d.SubscriptionID, &d.Host, &rampAt, &d.RampBase, &goneAt, &next}, func() error {
 		if !next.Valid {
 			return nil // nothing pending
 		}
-		d.NextAttemptAt, d.RampAt = tm(next), time.Time{}
+		d.NextAttemptAt, d.RampAt, d.GoneAt = tm(next), time.Time{}, time.Time{}
 		if rampAt.Valid {
 			d.RampAt = tm(rampAt)
+		}
+		if goneAt.Valid {
+			d.GoneAt = tm(goneAt)
 		}
 		out = append(out, d)
 		return nil

@@ -315,6 +315,7 @@ func collectJobs(rows *sql.Rows, err error) ([]core.Job, error) {
 // parts per subscription, whatever its backlog. Both NULL: none pending
 // (filtered in Go, where a WHERE would run the seeks twice).
 const pendingSubscriptionsQuery = `SELECT s.id, s.host, s.ramp_at, s.ramp_base,
+	CASE WHEN s.last_failure_status = 410 AND s.failing_since > 0 THEN s.last_failure_at ELSE 0 END,
 	(SELECT d.next_attempt_at FROM deliveries d INDEXED BY deliveries_subscription_due
 		WHERE d.subscription_id = s.id AND (d.sequence > 0) = 0 AND d.state = 'pending'
 		AND (?1 IS NULL OR d.shard IN (SELECT value FROM json_each(?1)))
@@ -352,12 +353,15 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	for rows.Next() {
 		var d store.SubscriptionDue
 		var unordered, ordered sql.NullInt64
-		var rampAt int64
-		if err := rows.Scan(&d.SubscriptionID, &d.Host, &rampAt, &d.RampBase, &unordered, &ordered); err != nil {
+		var rampAt, goneAt int64
+		if err := rows.Scan(&d.SubscriptionID, &d.Host, &rampAt, &d.RampBase, &goneAt, &unordered, &ordered); err != nil {
 			return nil, err
 		}
 		if rampAt != 0 {
 			d.RampAt = tm(rampAt)
+		}
+		if goneAt != 0 {
+			d.GoneAt = tm(goneAt)
 		}
 		if !unordered.Valid && !ordered.Valid {
 			continue // nothing pending

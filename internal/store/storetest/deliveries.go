@@ -140,6 +140,27 @@ func testDeliveryPendingSubscriptions(t *testing.T, s store.Store) {
 	if !got.UpdatedAt.Equal(h2.UpdatedAt) {
 		t.Errorf("SubscriptionRampSet moved updated_at: %s, was %s", got.UpdatedAt, h2.UpdatedAt)
 	}
+
+	// A 410 comes with the subscription (its disable runs after the result
+	// is written: a node that died between them left it active) until an
+	// attempt succeeds.
+	result := func(d core.Delivery, status int, state core.DeliveryState, when time.Duration) {
+		t.Helper()
+		noErr(t, "DeliveryRecordResults", s.DeliveryRecordResults(f.ctx, []store.AttemptResult{{SubscriptionID: h2.ID,
+			Attempt: core.Attempt{DeliveryID: d.ID, N: 1, StartedAt: at(when), Duration: time.Millisecond, StatusCode: status},
+			State:   state, Now: at(when)}}))
+	}
+	result(put(h2, 2, at(0)), 410, core.DeliveryFailed, 16*time.Second)
+	withRamp := store.SubscriptionDue{SubscriptionID: h2.ID, Host: "h2.example:443", NextAttemptAt: at(20 * time.Second),
+		RampAt: at(15 * time.Second), RampBase: 20.5}
+	gone := withRamp
+	gone.GoneAt = at(16 * time.Second)
+	same(t, "shard 2 after a 410", list([]int{2}), []store.SubscriptionDue{gone})
+	same(t, "all shards after a 410", list(nil)[2], gone)
+	result(put(h2, 2, at(0)), 200, core.DeliveryDelivered, 17*time.Second)
+	same(t, "shard 2 after a success", list([]int{2}), []store.SubscriptionDue{withRamp})
+	result(put(h2, 2, at(0)), 500, core.DeliveryFailed, 18*time.Second)
+	same(t, "shard 2 after a 500", list([]int{2}), []store.SubscriptionDue{withRamp})
 }
 
 // testDeliveryRehost: deliveries written under a host the subscription has
