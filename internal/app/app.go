@@ -221,6 +221,11 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
 	shedCfg := cfg.Shed
 	shedCfg.Log, shedCfg.Outage = cfg.Log, a.outage
+	shedCfg.Changed = func(c shed.Change) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a.life.Shed(ctx, c, shedCfg.Threshold)
+	}
 	a.shed = shed.New(shedCfg)
 	a.ingest = ingest.New(st, reg, a.dispatch.Notify, ingest.WithMetrics(a.metrics), ingest.WithShedder(a.shed),
 		ingest.WithReservations(a.dispatch.Reserve, a.dispatch.Release))
@@ -340,8 +345,8 @@ func (a *App) Shutdown(ctx context.Context) error {
 	herr := a.http.Shutdown(ctx)
 	kerr := a.keys.Stop(ctx)
 	a.life.Stop()
+	a.shed.Stop() // before ingest closes: it writes the shedding events (its decisions stand for ingest)
 	a.ingest.Close()
-	a.shed.Stop()
 	a.replays.Stop()
 	if a.purger != nil {
 		a.purger.Stop()

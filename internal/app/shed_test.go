@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -75,6 +76,27 @@ func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
 	}()
 	sub, _ := e.subscribe(e.admin, slow.URL, []string{"*"}, nil)
 	e.subscribe(e.admin, other.URL, []string{"*"}, nil)
+	// Its owner is told when shedding begins and when it ends.
+	ops := testenv.NewReceiver(t)
+	e.subscribe(e.admin, ops.URL, []string{"hookd.subscription.shedding", "hookd.subscription.shedding_ended"}, nil)
+	told := func(typ string) map[string]any {
+		t.Helper()
+		var got map[string]any
+		testenv.Eventually(t, 10*time.Second, typ+" sent", func() bool {
+			for _, r := range ops.Requests() {
+				var ev struct {
+					Type string         `json:"type"`
+					Data map[string]any `json:"data"`
+				}
+				if json.Unmarshal(r.Body, &ev) == nil && ev.Type == typ {
+					got = ev.Data
+					return true
+				}
+			}
+			return false
+		})
+		return got
+	}
 	deliveryOf := func(eventID, subID string) map[string]any {
 		for _, d := range e.admin.Must(200, "GET", "/v1/events/"+eventID, nil)["deliveries"].([]any) {
 			if d := d.(map[string]any); d["subscription_id"] == subID {
@@ -97,6 +119,11 @@ func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
 	if n := value(t, e.scrape(), "hookd_subscriptions_shed"); n != 1 {
 		t.Errorf("hookd_subscriptions_shed = %v while one subscription is shed", n)
 	}
+	began := told("hookd.subscription.shedding")
+	if began["subscription_id"] != sub || began["url"] != slow.URL || began["pending"] != 8.0 || began["threshold"] != 5.0 ||
+		began["shedding_since"] == nil {
+		t.Errorf("shedding event: %v, want the subscription, its URL, 8 pending over a threshold of 5, and since when", began)
+	}
 
 	shedEvt := e.post(e.admin, "a.b", map[string]any{"i": "shed"})
 	d := deliveryOf(shedEvt, sub)
@@ -114,6 +141,19 @@ func TestBacklogThatDoesNotShrinkIsShedAtIngest(t *testing.T) {
 	})
 	if n := value(t, e.scrape(), "hookd_subscriptions_shed"); n != 0 {
 		t.Errorf("hookd_subscriptions_shed = %v after shedding ended", n)
+	}
+	ended := told("hookd.subscription.shedding_ended")
+	if ended["subscription_id"] != sub || ended["url"] != slow.URL || ended["shedding_since"] != began["shedding_since"] ||
+		ended["shedding_ended_at"] == nil {
+		t.Errorf("shedding_ended event: %v, want the subscription, its URL, the same shedding_since and when it ended", ended)
+	}
+	for _, r := range ops.Requests() {
+		if !strings.Contains(string(r.Body), sub) {
+			t.Errorf("an operational event not about the shed subscription: %s", r.Body)
+		}
+	}
+	if n := len(ops.Requests()); n != 2 {
+		t.Errorf("%d operational events, want the 2 about shedding", n)
 	}
 	after := e.post(e.admin, "a.b", map[string]any{"i": "after"})
 	e.waitDelivery(deliveryOf(after, sub)["id"].(string), "delivered", 10*time.Second)

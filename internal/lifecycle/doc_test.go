@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/shed"
 	"hookd/internal/store"
 )
 
@@ -16,7 +17,7 @@ import (
 // and the fields its data column names (the backticked words outside
 // parentheses).
 var (
-	docRow   = regexp.MustCompile("^\\| `(hookd\\.[a-z.]+)` \\|[^|]*\\|([^|]*)\\|$")
+	docRow   = regexp.MustCompile("^\\| `(hookd\\.[a-z._]+)` \\|[^|]*\\|([^|]*)\\|$")
 	docParen = regexp.MustCompile(`\([^()]*\)`)
 	docField = regexp.MustCompile("`([a-z_]+)`")
 )
@@ -46,6 +47,8 @@ func TestPayloadsAreDocumented(t *testing.T) {
 		TypeRecovered:       recoveredPayload(store.FailingSubscription{}, core.Attempt{}, time.Now()),
 		TypeDisabled:        disabledPayload(core.Subscription{}, store.DeliveryStats{}),
 		TypeReplayCompleted: replayPayload(core.ReplayJob{}, ""),
+		TypeShedding:        sheddingPayload(&core.Subscription{}, shed.Change{}, 0),
+		TypeSheddingEnded:   sheddingEndedPayload(&core.Subscription{}, shed.Change{}),
 	} {
 		var fields []string
 		for k := range p {

@@ -1,6 +1,7 @@
 // Package lifecycle tells an endpoint's owner what happens to it, and acts
 // on what days of failures mean. It emits hookd's own operational events
-// (hookd.subscription.failing, .recovered, .disabled; hookd.replay.completed)
+// (hookd.subscription.failing, .recovered, .disabled, .shedding,
+// .shedding_ended; hookd.replay.completed)
 // into the owner's tenant, as ordinary events: durable, signed, retried,
 // delivered only to subscriptions whose patterns name them and never to the
 // one they are about. And it disables a subscription every attempt of which
@@ -25,6 +26,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
+	"hookd/internal/shed"
 	"hookd/internal/store"
 	"hookd/internal/subs"
 )
@@ -34,6 +36,8 @@ const (
 	TypeFailing         = core.ReservedPrefix + "subscription.failing"
 	TypeRecovered       = core.ReservedPrefix + "subscription.recovered"
 	TypeDisabled        = core.ReservedPrefix + "subscription.disabled"
+	TypeShedding        = core.ReservedPrefix + "subscription.shedding"
+	TypeSheddingEnded   = core.ReservedPrefix + "subscription.shedding_ended"
 	TypeReplayCompleted = core.ReservedPrefix + "replay.completed"
 	TypeTest            = core.ReservedPrefix + "test"
 )
@@ -145,7 +149,7 @@ func (l *Lifecycle) Failing(ctx context.Context, f Failure) {
 	st, err := l.cfg.Store.DeliveryStats(ctx, "", sub.ID)
 	l.logErr("reading a failing subscription's figures", sub.ID, began, err)
 	p := failingPayload(sub, f, st)
-	if l.emit(ctx, sub.TenantID, TypeFailing, sub.ID, p) != nil {
+	if l.emit(ctx, core.Event{TenantID: sub.TenantID, Type: TypeFailing, About: sub.ID}, p) != nil {
 		// Not sent: let the next sign of failing send it (an hour on).
 		began := time.Now()
 		_, err := l.cfg.Store.SubscriptionAlert(ctx, sub.ID, false, began.UTC(), alertEvery)
@@ -173,6 +177,25 @@ func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
 	}
 	l.send(ctx, store.Notice{SubscriptionID: sub.ID, TenantID: sub.TenantID, Host: sub.Host, URL: sub.URL, Disabled: payload})
 	return nil
+}
+
+// Shed tells the owner that ingest began (or ended) shedding the
+// subscription's new deliveries: written skipped, they are not sent unless
+// replayed, and an endpoint that is slow but never fails has had no other
+// word of it. Every node decides alike from the store's counts; the one
+// that dispatches the subscription's host tells, under an idempotency key
+// of its decision. A write that fails is logged, not retried.
+func (l *Lifecycle) Shed(ctx context.Context, c shed.Change, threshold int) {
+	sub, ok := l.cfg.Subs.Registry().Get(c.SubscriptionID)
+	if !ok || !l.cfg.Owns(sub.Host) {
+		return
+	}
+	typ, p := TypeShedding, sheddingPayload(sub, c, threshold)
+	if !c.Ended.IsZero() {
+		typ, p = TypeSheddingEnded, sheddingEndedPayload(sub, c)
+	}
+	l.emit(ctx, core.Event{TenantID: sub.TenantID, Type: typ, About: sub.ID,
+		IdempotencyKey: typ + ":" + sub.ID + ":" + c.Since.UTC().Format(time.RFC3339Nano)}, p)
 }
 
 // ReplayCompleted tells the owner a bulk replay finished (not one
@@ -276,7 +299,7 @@ func (l *Lifecycle) recovered(ctx context.Context, f store.FailingSubscription, 
 	began = time.Now()
 	ok, err := l.succeeded(ctx, f)
 	l.logErr("reading the attempt that recovered", f.ID, began, err)
-	l.emit(ctx, f.TenantID, TypeRecovered, f.ID, recoveredPayload(f, ok, now))
+	l.emit(ctx, core.Event{TenantID: f.TenantID, Type: TypeRecovered, About: f.ID}, recoveredPayload(f, ok, now))
 }
 
 // succeeded finds the first successful attempt after f's last failure:
@@ -331,6 +354,20 @@ func disabledPayload(sub core.Subscription, st store.DeliveryStats) map[string]a
 		"skipped": st.Pending, "skipped_since": timeOrNil(st.OldestPendingAt)}
 }
 
+// sheddingPayload is what a beginning of shedding tells: since when, and
+// the backlog over the threshold that decided it.
+func sheddingPayload(sub *core.Subscription, c shed.Change, threshold int) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "shedding_since": c.Since.UTC(),
+		"pending": c.Pending, "threshold": threshold}
+}
+
+// sheddingEndedPayload is what its end tells: the span whose deliveries
+// were written skipped, the since and until of a replay that sends them.
+func sheddingEndedPayload(sub *core.Subscription, c shed.Change) map[string]any {
+	return map[string]any{"subscription_id": sub.ID, "url": sub.URL, "shedding_since": c.Since.UTC(),
+		"shedding_ended_at": c.Ended.UTC()}
+}
+
 // replayPayload is what a finished job tells.
 func replayPayload(job core.ReplayJob, url string) map[string]any {
 	return map[string]any{"job_id": job.ID, "subscription_id": job.SubscriptionID, "url": url,
@@ -338,14 +375,16 @@ func replayPayload(job core.ReplayJob, url string) map[string]any {
 		"replayed": job.Replayed}
 }
 
-// emit writes one operational event into tenant's stream.
-func (l *Lifecycle) emit(ctx context.Context, tenant, typ, about string, payload map[string]any) error {
+// emit writes one operational event, ev with payload, into its tenant's
+// stream.
+func (l *Lifecycle) emit(ctx context.Context, ev core.Event, payload map[string]any) error {
 	began := time.Now()
 	body, err := json.Marshal(payload)
 	if err == nil {
-		_, err = l.cfg.Ingest.Submit(ctx, core.Event{TenantID: tenant, Type: typ, Payload: body, About: about})
+		ev.Payload = body
+		_, err = l.cfg.Ingest.Submit(ctx, ev)
 	}
-	l.logErr("emitting "+typ, about, began, err)
+	l.logErr("emitting "+ev.Type, ev.About, began, err)
 	return err
 }
 

@@ -39,6 +39,16 @@ type Config struct {
 	// Outage is told of a reading the store failed in an outage, which it
 	// logs once for the node (nil: every failure is logged).
 	Outage *outage.Tracker
+	// Changed is told, off the shedder's lock, when this node begins or
+	// ends shedding a subscription (nil: nobody is told).
+	Changed func(Change)
+}
+
+// Change is one subscription's shedding beginning (Ended zero) or ending.
+type Change struct {
+	SubscriptionID string
+	Since, Ended   time.Time
+	Pending        int // its backlog when shedding began (0 in an ending)
 }
 
 // Shedder holds the decision per subscription; Shedding is safe to call
@@ -106,24 +116,39 @@ func (s *Shedder) Count() int {
 // Threshold is the pending count over which shedding may start.
 func (s *Shedder) Threshold() int { return s.cfg.Threshold }
 
-// observe applies one reading of the counts taken at now.
+// observe applies one reading of the counts taken at now, then tells
+// cfg.Changed what began or ended.
 func (s *Shedder) observe(now time.Time, counts map[string]int) {
+	var changes []Change
+	defer func() {
+		if s.cfg.Changed != nil {
+			for _, c := range changes {
+				s.cfg.Changed(c)
+			}
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ended := func(id string, b *backlog) {
+		if !b.since.IsZero() {
+			s.cfg.Log.Info("subscription no longer shed", "subscription", id)
+			changes = append(changes, Change{SubscriptionID: id, Since: b.since, Ended: now})
+		}
+		delete(s.subs, id)
+	}
 	resume := int(float64(s.cfg.Threshold) * Resume)
 	for id, b := range s.subs {
 		if _, ok := counts[id]; !ok { // at or under Resume: the count leaves it out
-			if !b.since.IsZero() {
-				s.cfg.Log.Info("subscription no longer shed", "subscription", id)
-			}
-			delete(s.subs, id)
+			ended(id, b)
 		}
 	}
 	for id, n := range counts {
 		if s.active != nil && !s.active(id) {
 			// A paused subscription's backlog grows by the operator's choice:
 			// it is held, not failing, and is judged afresh once it resumes.
-			delete(s.subs, id)
+			if b := s.subs[id]; b != nil {
+				ended(id, b)
+			}
 			continue
 		}
 		b := s.subs[id]
@@ -141,13 +166,13 @@ func (s *Shedder) observe(now time.Time, counts map[string]int) {
 		}
 		switch {
 		case !b.since.IsZero() && n <= resume:
-			s.cfg.Log.Info("subscription no longer shed", "subscription", id, "pending", n)
-			delete(s.subs, id)
+			ended(id, b)
 		case b.since.IsZero() && n > s.cfg.Threshold:
 			if old := b.samples[0]; now.Sub(old.at) >= s.cfg.Window && n >= old.pending {
 				b.since = now
 				s.cfg.Log.Warn("shedding a subscription at ingest: backlog over threshold and not shrinking",
 					"subscription", id, "pending", n, "threshold", s.cfg.Threshold, "pending_then", old.pending, "window", s.cfg.Window)
+				changes = append(changes, Change{SubscriptionID: id, Since: now, Pending: n})
 			}
 		}
 	}

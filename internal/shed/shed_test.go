@@ -72,3 +72,33 @@ func TestOtherSubscriptionsAreNotShed(t *testing.T) {
 		t.Error("a nil shedder sheds")
 	}
 }
+
+// Changed hears each beginning and ending once, with the beginning's time
+// in both; a shed subscription paused ends too.
+func TestChangedHearsEachBeginningAndEnding(t *testing.T) {
+	var got []Change
+	s := New(Config{Threshold: 1000, Window: 5 * time.Minute, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Changed: func(c Change) { got = append(got, c) }})
+	start := time.Unix(1_000_000, 0)
+	min := func(i int) time.Time { return start.Add(time.Duration(i) * time.Minute) }
+	step(s, start, "sub_a", 2000, 2000, 2000, 2000, 2000, 2000, 2100, 700)
+	paused := false
+	s.active = func(string) bool { return !paused }
+	step(s, min(8), "sub_a", 2000, 2000, 2000, 2000, 2000, 2000, 2000)
+	paused = true
+	step(s, min(15), "sub_a", 2000)
+	want := []Change{
+		{SubscriptionID: "sub_a", Since: min(5), Pending: 2000},
+		{SubscriptionID: "sub_a", Since: min(5), Ended: min(7)},
+		{SubscriptionID: "sub_a", Since: min(13), Pending: 2000},
+		{SubscriptionID: "sub_a", Since: min(13), Ended: min(15)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("changes %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("changes %+v, want %+v", got, want)
+		}
+	}
+}
