@@ -621,8 +621,16 @@ func TestA410WhoseDisableDidNotLandDisablesAfterARestart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	gone, back := b.subscription(t, "gone.example:80"), b.subscription(t, "back.example:80")
-	answered := time.Now().UTC()
-	for _, sub := range []core.Subscription{gone, back} {
+	// A 410 its subscription asked to have retried (retry_status_codes) is
+	// a failure like a 500, not a goodbye.
+	retried := b.subscription(t, "retried.example:80")
+	retried.RetryStatusCodes = []int{410}
+	if err := b.store.SubscriptionUpdate(context.Background(), retried); err != nil {
+		t.Fatal(err)
+	}
+	b.subs.Put(retried)
+	answered := time.Now().UTC().Add(time.Millisecond)
+	for _, sub := range []core.Subscription{gone, back, retried} {
 		ids := b.pending(t, sub, 20)
 		if err := b.store.DeliveryRecordResults(context.Background(), []store.AttemptResult{{SubscriptionID: sub.ID,
 			Attempt: core.Attempt{DeliveryID: ids[0], N: 1, StartedAt: answered, Duration: time.Millisecond, StatusCode: 410},
@@ -661,7 +669,7 @@ func TestA410WhoseDisableDidNotLandDisablesAfterARestart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription whose 410 was written is not disabled after the restart")
 	}
-	testenv.Eventually(t, 10*time.Second, "the re-enabled subscription's 19 sent", func() bool { return sentBack.Load() == 19 })
+	testenv.Eventually(t, 10*time.Second, "the re-enabled and the retried subscriptions' 19 each sent", func() bool { return sentBack.Load() == 2*19 })
 	if n := sentGone.Load(); n != 0 {
 		t.Errorf("%d deliveries sent to the endpoint that answered 410 before the restart", n)
 	}

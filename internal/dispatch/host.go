@@ -480,18 +480,29 @@ func (sh share) of(l *lane, h *host, hostCap int) int {
 }
 
 // reserved: starting l would take the slot kept back for quick endpoints,
-// or the host's last free slot while l, not known quick, already holds one.
-// That last slot is the next endpoint's to try: an endpoint alone on its
-// host has the whole cap for its share, and a new one that hangs took all
-// ten slots before its first answer, holding a quick one that came a
-// moment later for their timeouts.
+// or the host's last free slot while l, not known quick, already holds one
+// and is alone on the host or past its floor. That last slot is the next
+// endpoint's to try: an endpoint alone on its host has the whole cap for
+// its share, and a new one that hangs took all ten slots before its first
+// answer (or after a restart, which forgets who is quick), holding a quick
+// one that came a moment later for their timeouts. A floor is never cut:
+// kept from any endpoint not known quick, two slow ones had 5 and 4 of 10,
+// one slot idle for good. Hosts of under spareMinCap slots keep none.
 func (sh share) reserved(l *lane, h *host, hostCap int) bool {
 	if h.quick(l) {
 		return false
 	}
 	free := hostCap - h.inflight - 1 // after starting l
-	return sh.reserve > 0 && free < sh.reserve || l.inflight > 0 && hostCap > 1 && free < 1
+	if sh.reserve > 0 && free < sh.reserve {
+		return true
+	}
+	return free < 1 && hostCap >= spareMinCap && l.inflight > 0 && (sh.active <= 1 || l.inflight >= sh.floor)
 }
+
+// spareMinCap is the least host cap that keeps a slot for the next
+// endpoint: out of two or three it would cost a lone slow endpoint a half
+// or a third of its host.
+const spareMinCap = 4
 
 // limit is how many attempts the endpoint may hold: its fair share, or
 // its max_concurrency if lower, ramped after its circuit closed.

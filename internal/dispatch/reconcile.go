@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"net/http"
+	"slices"
 	"time"
 
 	"hookd/internal/core"
@@ -205,6 +207,9 @@ func (d *Dispatcher) goneBeforeLocked(l *lane, subID string, goneAt, now time.Ti
 	sub, ok := d.cfg.Subs.Get(subID)
 	if !ok || sub.State != core.SubActive || !sub.UpdatedAt.Before(goneAt) {
 		return false // changed since: re-enabled, or its disable landed
+	}
+	if slices.Contains(sub.RetryStatusCodes, http.StatusGone) {
+		return false // a 410 it asked to have retried: a failure, not a goodbye
 	}
 	l.goneAt = maxTime(l.goneAt, now)
 	return true
