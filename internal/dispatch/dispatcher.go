@@ -136,13 +136,16 @@ type Dispatcher struct {
 	heldUntil time.Time
 	leaving   map[int]time.Time // shards given back, not yet handed over: since when
 	handAfter time.Time         // after a failed hand-over, the next try
-	// board (with a leaser, when the store is one) is where this node
-	// publishes its hosts' and endpoints' circuits and reads others' (health.go).
+	// board (when the store is one) is where this node publishes its
+	// hosts' and endpoints' circuits and pauses, for other nodes' health
+	// (health.go) and for whichever node sends to them next (restore).
 	board     store.CircuitBoard
 	published map[string]published // what board last got, by key
 	rebalance chan struct{}
-	leaseQuit chan struct{}
+	leaseQuit chan struct{} // ends the lease loop, or the publish loop of a node without leases
 	leaseDone chan struct{} // nil until the lease loop runs
+	// publishDone: nil unless the publish loop runs on its own (no leases).
+	publishDone chan struct{}
 
 	sendCtx    context.Context
 	cancelSend context.CancelFunc
@@ -200,9 +203,9 @@ func New(cfg Config) *Dispatcher {
 		disabling: map[string]bool{},
 		failures:  make(chan Failure, failureQueue),
 	}
+	d.board, _ = cfg.Store.(store.CircuitBoard)
 	if l, ok := cfg.Store.(store.Leaser); ok {
 		d.leaser = l
-		d.board, _ = cfg.Store.(store.CircuitBoard)
 		if d.cfg.Node == "" {
 			d.cfg.Node = DefaultNode()
 		}
@@ -238,6 +241,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if d.leaser != nil {
 		d.leaseDone = make(chan struct{})
 		go d.leaseLoop()
+	} else if d.board != nil {
+		d.publishDone = make(chan struct{})
+		go d.publishLoop()
 	}
 	return nil
 }
@@ -283,6 +289,10 @@ func (d *Dispatcher) Stop(ctx context.Context) {
 		close(d.leaseQuit)
 		<-d.leaseDone
 		d.release()
+	}
+	if d.publishDone != nil {
+		close(d.leaseQuit)
+		<-d.publishDone
 	}
 }
 

@@ -285,6 +285,24 @@ const (
 	staleCircuit    = 3 * republishOpen
 )
 
+// publishLoop publishes circuits every publishInterval until leaseQuit
+// closes, on a node without leases (with them, leaseLoop does).
+func (d *Dispatcher) publishLoop() {
+	defer close(d.publishDone)
+	t := time.NewTicker(publishInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.leaseQuit:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*publishInterval)
+			d.publishCircuits(ctx)
+			cancel()
+		}
+	}
+}
+
 // published is what the board last got for a key held back (an open
 // circuit or a pause).
 type published struct {

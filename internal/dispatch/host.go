@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"hookd/internal/core"
+	"hookd/internal/store"
 )
 
 // host is one destination server (host:port): what is polite to it is
@@ -187,6 +188,46 @@ func (l *lane) goneUntil() time.Time {
 		return time.Time{}
 	}
 	return l.goneAt.Add(goneHold)
+}
+
+// untried: the lane has no history on this node (no attempt, no circuit,
+// no pause), so what was published for it may be taken up (takeUp).
+func (l *lane) untried() bool {
+	_, tried := l.outcomes.last()
+	return !tried && l.breaker.state == closed && l.pauseUntil.IsZero()
+}
+
+// untried: as a lane's, for the host's own circuit and pause.
+func (h *host) untried() bool {
+	_, tried := h.outcomes.last()
+	return !tried && h.breaker.state == closed && h.pauseUntil.IsZero()
+}
+
+// takeUp holds an untried lane as c, its last published circuit, says: open
+// until its retry time (half-open at once if that passed: one probe, not
+// a burst), and paused for what is left of its Retry-After.
+func (l *lane) takeUp(c store.Circuit, now time.Time) {
+	if l.untried() {
+		takeUp(&l.breaker, &l.pauseUntil, c, now)
+		l.aimd.holdUntil(l.pauseUntil)
+	}
+}
+
+// takeUp: as a lane's, for the host.
+func (h *host) takeUp(c store.Circuit, now time.Time) {
+	if h.untried() {
+		takeUp(&h.breaker, &h.pauseUntil, c, now)
+	}
+}
+
+func takeUp(b *breaker, pauseUntil *time.Time, c store.Circuit, now time.Time) {
+	if c.Open {
+		// It opened once at least: a failed probe doubles from there.
+		b.state, b.retryAt, b.backoff = open, now.Add(max(0, c.RetryIn)), breakerFirstOpen
+	}
+	if c.PausedFor > 0 {
+		*pauseUntil = now.Add(c.PausedFor)
+	}
 }
 
 // ungone lifts the 410's hold of a subscription changed since (re-enabled).

@@ -150,6 +150,7 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 	if err != nil {
 		return err
 	}
+	last := d.lastPublished(ctx, due)
 	var strays, gone []string
 	d.mu.Lock()
 	now := time.Now()
@@ -163,6 +164,12 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 			continue
 		}
 		h, l := d.laneLocked(sd.Host, sd.SubscriptionID)
+		if c, ok := last[sd.Host]; ok {
+			h.takeUp(c, now)
+		}
+		if c, ok := last[sd.SubscriptionID]; ok {
+			l.takeUp(c, now)
+		}
 		l.goOnRamp(sd.RampAt, sd.RampBase, now)
 		if d.goneBeforeLocked(l, sd.SubscriptionID, sd.GoneAt, now) {
 			gone = append(gone, sd.SubscriptionID)
@@ -193,6 +200,47 @@ func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
 		}
 	}
 	return nil
+}
+
+// lastPublished reads the circuits and pauses last published (by this
+// node before a restart, or by the node that sent to them before) for the
+// hosts and endpoints of due this node has no history of, by key. Held in
+// memory alone, a restart or a shard's move sent every endpoint whose
+// circuit was open 20 attempts again before it opened, and one told to
+// wait by Retry-After its whole queue. None if the store keeps no board,
+// or it cannot be read (then they start closed, as before).
+func (d *Dispatcher) lastPublished(ctx context.Context, due []store.SubscriptionDue) map[string]store.Circuit {
+	if d.board == nil || len(due) == 0 {
+		return nil
+	}
+	var keys []string
+	seen := map[string]bool{}
+	d.mu.Lock()
+	for _, sd := range due {
+		h := d.hosts[sd.Host]
+		if !seen[sd.Host] && (h == nil || h.untried()) {
+			keys = append(keys, sd.Host)
+		}
+		seen[sd.Host] = true
+		if h == nil || h.lanes[sd.SubscriptionID] == nil || h.lanes[sd.SubscriptionID].untried() {
+			keys = append(keys, sd.SubscriptionID)
+		}
+	}
+	d.mu.Unlock()
+	if len(keys) == 0 {
+		return nil
+	}
+	began := time.Now()
+	cs, err := d.board.CircuitsGet(ctx, keys)
+	if err != nil {
+		d.report("reading the circuits last published", began, err)
+		return nil
+	}
+	out := make(map[string]store.Circuit, len(cs))
+	for _, c := range cs {
+		out[c.Key] = c
+	}
+	return out
 }
 
 // goneBeforeLocked holds l, and says its subscription is to be disabled,

@@ -1354,3 +1354,53 @@ func TestSimRampGoesOnAfterARestart(t *testing.T) {
 		}
 	})
 }
+
+// A node restarts (a deploy, or kill -9) while an endpoint's circuit is
+// open and another endpoint's Retry-After holds it. Both lived in memory
+// only: the restarted node sent the failing endpoint 20 more attempts
+// before its circuit opened again, and the told-to-wait one its whole
+// queue at once (an outside run: 20-30 attempts to each failing endpoint
+// after each restart, and a 503 with Retry-After: 20 answered again 12.6 s
+// later). The owner publishes both to the store; the restarted node takes
+// them up for endpoints it knows nothing of.
+func TestSimOpenCircuitAndRetryAfterOutliveARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		failing, _ := s.endpoint("failing", func(time.Time, int, string) reply { return reply{status: 500, latency: 5 * time.Millisecond} })
+		told, _ := s.endpoint("told", func(time.Time, int, string) reply {
+			return reply{status: 503, retryAfter: 5 * time.Minute, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.failing", 100*time.Millisecond, time.Minute)
+		s.traffic(&wg, "sim.told", time.Second, time.Minute)
+		wg.Wait()
+		time.Sleep(5 * time.Second) // what the node publishes, it publishes within a second
+		restartAt := time.Now()
+		s.ingest.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		s.d.Stop(ctx)
+		cancel()
+		s.start()
+		time.Sleep(time.Minute)
+		after := func(ep *endpoint, within time.Duration) int {
+			n := 0
+			for _, a := range ep.snapshot() {
+				if !a.start.Before(restartAt) && a.start.Before(restartAt.Add(within)) {
+					n++
+				}
+			}
+			return n
+		}
+		nf, nt := after(failing, 30*time.Second), after(told, time.Minute)
+		s.stop()
+		t.Logf("after the restart: %d attempts to the failing endpoint in 30 s, %d to the one told to wait in a minute", nf, nt)
+		// Its circuit was open: one probe, then (failed) at least 48 s.
+		if nf > 1 {
+			t.Errorf("%d attempts in 30 s to an endpoint whose circuit was open, after a restart", nf)
+		}
+		if nt > 0 {
+			t.Errorf("%d attempts to an endpoint told to wait 5 minutes, in the minute after a restart", nt)
+		}
+	})
+}

@@ -85,6 +85,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EventList", testEventList},
 		{"AttemptList", testAttemptList},
 		{"EventTypes", testEventTypes},
+		{"Circuits", testCircuits},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
