@@ -221,8 +221,8 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	a.metrics.WatchDispatcher(func() metrics.DispatchStats { return metrics.DispatchStats(a.dispatch.Stats()) })
 	shedCfg := cfg.Shed
 	shedCfg.Log, shedCfg.Outage = cfg.Log, a.outage
-	shedCfg.Changed = func(c shed.Change) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	shedCfg.Changed = func(ctx context.Context, c shed.Change) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		a.life.Shed(ctx, c, shedCfg.Threshold)
 	}

@@ -182,17 +182,40 @@ func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
 // Shed tells the owner that ingest began (or ended) shedding the
 // subscription's new deliveries: written skipped, they are not sent unless
 // replayed, and an endpoint that is slow but never fails has had no other
-// word of it. Every node decides alike from the store's counts; the one
-// that dispatches the subscription's host tells, under an idempotency key
-// of its decision. A write that fails is logged, not retried.
+// word of it. Every node decides alike from the store's counts, each at
+// its own reading: the store keeps the first beginning's time
+// (SubscriptionShedSet), so the first node to begin tells, and the first
+// to end tells with that time. An event that could not be written is
+// logged, not retried.
 func (l *Lifecycle) Shed(ctx context.Context, c shed.Change, threshold int) {
-	sub, ok := l.cfg.Subs.Registry().Get(c.SubscriptionID)
-	if !ok || !l.cfg.Owns(sub.Host) {
+	began := time.Now()
+	set := c.Since
+	if !c.Ended.IsZero() {
+		set = time.Time{}
+	}
+	was, err := l.cfg.Store.SubscriptionShedSet(ctx, c.SubscriptionID, set)
+	if err != nil {
+		l.logErr("keeping a subscription's shedding", c.SubscriptionID, began, err)
 		return
 	}
-	typ, p := TypeShedding, sheddingPayload(sub, c, threshold)
-	if !c.Ended.IsZero() {
-		typ, p = TypeSheddingEnded, sheddingEndedPayload(sub, c)
+	typ := TypeShedding
+	if c.Ended.IsZero() {
+		if !was.IsZero() {
+			return // begun by another node, or by this one before a restart: told then
+		}
+	} else {
+		if was.IsZero() {
+			return // ended by another node first: told then
+		}
+		typ, c.Since = TypeSheddingEnded, was
+	}
+	sub, ok := l.cfg.Subs.Registry().Get(c.SubscriptionID)
+	if !ok {
+		return // deleted
+	}
+	p := sheddingPayload(sub, c, threshold)
+	if typ == TypeSheddingEnded {
+		p = sheddingEndedPayload(sub, c)
 	}
 	l.emit(ctx, core.Event{TenantID: sub.TenantID, Type: typ, About: sub.ID,
 		IdempotencyKey: typ + ":" + sub.ID + ":" + c.Since.UTC().Format(time.RFC3339Nano)}, p)

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/ingest"
+	"hookd/internal/shed"
 	"hookd/internal/store"
 	"hookd/internal/store/sqlite"
 	"hookd/internal/subs"
@@ -202,5 +204,49 @@ func TestReplayCompletedIsWrittenOnceThroughFailures(t *testing.T) {
 			b.life.Scan(t.Context(), time.Now())
 			b.once(t, TypeReplayCompleted, "after another scan")
 		})
+	}
+}
+
+// Nodes decide shedding alike from the store's counts, each at its own
+// reading: the owner is told once that it began, with the first node's
+// time, and once that it ended, with that same time, whichever node sees
+// each first. (Each node telling at its own time, the keys differed and
+// every node's event was written.)
+func TestSheddingIsToldOnceByNodesDecidingAlike(t *testing.T) {
+	b := setupNotices(t)
+	other := New(Config{Store: b.st, Subs: b.svc, Ingest: b.life.cfg.Ingest, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	slow := b.subscribe(t, "https://slow.example/hook", "order.*")
+	first := time.Now().UTC().Truncate(time.Microsecond)
+	b.life.Shed(t.Context(), shed.Change{SubscriptionID: slow.ID, Since: first, Pending: 120}, 100)
+	other.Shed(t.Context(), shed.Change{SubscriptionID: slow.ID, Since: first.Add(20 * time.Second), Pending: 130}, 100)
+	b.once(t, TypeShedding, "after both nodes began")
+	ended := first.Add(time.Hour)
+	other.Shed(t.Context(), shed.Change{SubscriptionID: slow.ID, Since: first.Add(20 * time.Second), Ended: ended}, 100)
+	b.life.Shed(t.Context(), shed.Change{SubscriptionID: slow.ID, Since: first, Ended: ended.Add(20 * time.Second)}, 100)
+	b.once(t, TypeSheddingEnded, "after both nodes ended")
+	for typ, want := range map[string]string{TypeShedding: first.Format(time.RFC3339Nano), TypeSheddingEnded: first.Format(time.RFC3339Nano)} {
+		page, err := b.st.EventList(t.Context(), store.EventListParams{TenantID: core.DefaultTenant, Types: []string{typ}, Limit: 1})
+		if err != nil || len(page.Data) != 1 {
+			t.Fatalf("%s: %+v %v", typ, page, err)
+		}
+		ev, _, err := b.st.EventGet(t.Context(), "", page.Data[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Since time.Time `json:"shedding_since"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.Since.Format(time.RFC3339Nano) != want {
+			t.Errorf("%s: shedding_since %s (%v), want the first node's %s", typ, p.Since, err, want)
+		}
+	}
+	// A restarted node takes the shedding up from the store.
+	kept, err := b.st.SubscriptionsShed(t.Context())
+	if err != nil || len(kept) != 0 {
+		t.Errorf("after the end the store keeps %v (%v), want none", kept, err)
+	}
+	b.life.Shed(t.Context(), shed.Change{SubscriptionID: slow.ID, Since: ended.Add(time.Minute), Pending: 140}, 100)
+	if kept, err := b.st.SubscriptionsShed(t.Context()); err != nil || !kept[slow.ID].Equal(ended.Add(time.Minute)) {
+		t.Errorf("while shed again the store keeps %v (%v), want %s since %s", kept, err, slow.ID, ended.Add(time.Minute))
 	}
 }

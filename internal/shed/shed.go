@@ -26,9 +26,11 @@ const (
 	Resume           = 0.8
 )
 
-// Counter is the store's count of pending deliveries per subscription.
+// Counter is the store's count of pending deliveries per subscription,
+// and the sheddings it keeps (store.Store's SubscriptionsShed).
 type Counter interface {
 	DeliveryPendingCounts(ctx context.Context, min int) (map[string]int, error)
+	SubscriptionsShed(ctx context.Context) (map[string]time.Time, error)
 }
 
 type Config struct {
@@ -40,8 +42,9 @@ type Config struct {
 	// logs once for the node (nil: every failure is logged).
 	Outage *outage.Tracker
 	// Changed is told, off the shedder's lock, when this node begins or
-	// ends shedding a subscription (nil: nobody is told).
-	Changed func(Change)
+	// ends shedding a subscription (nil: nobody is told); ctx ends with
+	// Stop.
+	Changed func(context.Context, Change)
 }
 
 // Change is one subscription's shedding beginning (Ended zero) or ending.
@@ -60,6 +63,8 @@ type Shedder struct {
 	subs   map[string]*backlog
 	quit   chan struct{}
 	done   chan struct{}
+	ctx    context.Context // for Changed: ends with Stop
+	cancel context.CancelFunc
 }
 
 type sample struct {
@@ -83,7 +88,8 @@ func New(cfg Config) *Shedder {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Shedder{cfg: cfg, subs: map[string]*backlog{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Shedder{cfg: cfg, subs: map[string]*backlog{}, ctx: ctx, cancel: cancel}
 }
 
 // Shedding reports whether new deliveries of the subscription are shed, and
@@ -123,7 +129,7 @@ func (s *Shedder) observe(now time.Time, counts map[string]int) {
 	defer func() {
 		if s.cfg.Changed != nil {
 			for _, c := range changes {
-				s.cfg.Changed(c)
+				s.cfg.Changed(s.ctx, c)
 			}
 		}
 	}()
@@ -178,9 +184,10 @@ func (s *Shedder) observe(now time.Time, counts map[string]int) {
 	}
 }
 
-// Start reads the counts now and every cfg.Every until Stop, judging only
-// subscriptions active says are active. With shedding turned off it does
-// nothing.
+// Start takes up the sheddings the store keeps (begun by any node, this
+// one before a restart), then reads the counts now and every cfg.Every
+// until Stop, judging only subscriptions active says are active. With
+// shedding turned off it does nothing.
 func (s *Shedder) Start(c Counter, active func(subID string) bool) {
 	s.active = active
 	s.quit, s.done = make(chan struct{}), make(chan struct{})
@@ -190,6 +197,7 @@ func (s *Shedder) Start(c Counter, active func(subID string) bool) {
 	}
 	go func() {
 		defer close(s.done)
+		s.takeUp(c)
 		t := time.NewTicker(s.cfg.Every)
 		defer t.Stop()
 		for {
@@ -211,10 +219,33 @@ func (s *Shedder) Start(c Counter, active func(subID string) bool) {
 	}()
 }
 
+// takeUp sheds what the store keeps shed, from when it began: a node
+// restarted (or one joining) judged such a backlog afresh, and accepted it
+// for the first Window. The next reading ends what is no longer over.
+func (s *Shedder) takeUp(c Counter) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Every)
+	kept, err := c.SubscriptionsShed(ctx)
+	cancel()
+	if err != nil {
+		s.cfg.Outage.Report(s.cfg.Log, "reading the sheddings kept", began, err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, since := range kept {
+		if s.subs[id] == nil {
+			s.subs[id] = &backlog{since: since}
+			s.cfg.Log.Info("shedding a subscription at ingest, as the store keeps", "subscription", id, "since", since)
+		}
+	}
+}
+
 func (s *Shedder) Stop() {
 	if s == nil || s.quit == nil {
 		return
 	}
+	s.cancel()
 	close(s.quit)
 	<-s.done
 }

@@ -1,6 +1,7 @@
 package shed
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -78,7 +79,7 @@ func TestOtherSubscriptionsAreNotShed(t *testing.T) {
 func TestChangedHearsEachBeginningAndEnding(t *testing.T) {
 	var got []Change
 	s := New(Config{Threshold: 1000, Window: 5 * time.Minute, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Changed: func(c Change) { got = append(got, c) }})
+		Changed: func(_ context.Context, c Change) { got = append(got, c) }})
 	start := time.Unix(1_000_000, 0)
 	min := func(i int) time.Time { return start.Add(time.Duration(i) * time.Minute) }
 	step(s, start, "sub_a", 2000, 2000, 2000, 2000, 2000, 2000, 2100, 700)
@@ -100,5 +101,48 @@ func TestChangedHearsEachBeginningAndEnding(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("changes %+v, want %+v", got, want)
 		}
+	}
+}
+
+// fakeCounter is a store's two readings.
+type fakeCounter struct {
+	counts map[string]int
+	kept   map[string]time.Time
+}
+
+func (f fakeCounter) DeliveryPendingCounts(context.Context, int) (map[string]int, error) {
+	return f.counts, nil
+}
+func (f fakeCounter) SubscriptionsShed(context.Context) (map[string]time.Time, error) {
+	return f.kept, nil
+}
+
+// A node started while the store keeps two sheddings sheds the one still
+// over at once, from when it began (it used to accept that backlog again
+// for five minutes), and ends the other, telling when it began.
+func TestStartTakesUpTheSheddingsTheStoreKeeps(t *testing.T) {
+	began := time.Unix(1_000_000, 0).UTC()
+	ended := make(chan Change, 10)
+	s := New(Config{Threshold: 1000, Every: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Changed: func(_ context.Context, c Change) { ended <- c }})
+	s.Start(fakeCounter{counts: map[string]int{"sub_over": 1500},
+		kept: map[string]time.Time{"sub_over": began, "sub_drained": began.Add(time.Minute)}}, nil)
+	defer s.Stop()
+	var c Change
+	select {
+	case c = <-ended: // the first reading, at Start
+	case <-time.After(10 * time.Second):
+		t.Fatal("no end told for the shedding the store kept for a drained backlog")
+	}
+	if c.SubscriptionID != "sub_drained" || !c.Since.Equal(began.Add(time.Minute)) || c.Ended.IsZero() {
+		t.Errorf("told %+v, want sub_drained's end, begun at %s", c, began.Add(time.Minute))
+	}
+	if since, on := s.Shedding("sub_over"); !on || !since.Equal(began) {
+		t.Errorf("sub_over shed %v since %s, want shed since %s", on, since, began)
+	}
+	select {
+	case c := <-ended:
+		t.Errorf("also told %+v", c)
+	default:
 	}
 }

@@ -224,6 +224,15 @@ type Store interface {
 	// SubscriptionDue). It is admission's state, not the subscription's:
 	// updated_at does not change.
 	SubscriptionRampSet(ctx context.Context, id string, at time.Time, base float64) error
+	// SubscriptionShedSet keeps when ingest began shedding the subscription
+	// (since non-zero) unless a time is kept already, or clears it (since
+	// zero). It returns what was kept before the call (zero: none): of
+	// nodes deciding alike, the first to begin and the first to end each
+	// know they were. An unknown ID keeps nothing and returns zero.
+	SubscriptionShedSet(ctx context.Context, id string, since time.Time) (time.Time, error)
+	// SubscriptionsShed lists the live subscriptions with a shedding kept,
+	// and since when, by ID.
+	SubscriptionsShed(ctx context.Context) (map[string]time.Time, error)
 	// DeliveryRehost moves the subscription's pending deliveries that were
 	// written under another host than its current one (by a node that had
 	// not yet heard of the change) to the current host and its shard, and

@@ -357,6 +357,40 @@ func (s *Store) DeliveryPendingSubscriptions(ctx context.Context, shards []int) 
 	return out, nil
 }
 
+func (s *Store) SubscriptionShedSet(ctx context.Context, id string, since time.Time) (time.Time, error) {
+	var set any // NULL clears
+	if !since.IsZero() {
+		set = since
+	}
+	var was pgtype.Timestamptz
+	err := s.pool.QueryRow(ctx, `UPDATE subscriptions s
+		SET shed_since = CASE WHEN $2::timestamptz IS NULL THEN NULL ELSE coalesce(old.shed_since, $2) END
+		FROM (SELECT id, shed_since FROM subscriptions WHERE id = $1 FOR UPDATE) old
+		WHERE s.id = old.id RETURNING old.shed_since`, id, set).Scan(&was)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil || !was.Valid {
+		return time.Time{}, mapErr(err)
+	}
+	return tm(was), nil
+}
+
+func (s *Store) SubscriptionsShed(ctx context.Context) (map[string]time.Time, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT id, shed_since FROM subscriptions WHERE shed_since IS NOT NULL AND deleted_at IS NULL`)
+	out := map[string]time.Time{}
+	var id string
+	var since pgtype.Timestamptz
+	_, err := pgx.ForEachRow(rows, []any{&id, &since}, func() error {
+		out[id] = tm(since)
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
 func (s *Store) SubscriptionRampSet(ctx context.Context, id string, at time.Time, base float64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE subscriptions SET ramp_at = $1, ramp_base = $2 WHERE id = $3`, at, base, id)
 	return mapErr(err)

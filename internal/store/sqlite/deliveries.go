@@ -379,6 +379,42 @@ func (s *Store) SubscriptionRampSet(ctx context.Context, id string, at time.Time
 	}))
 }
 
+func (s *Store) SubscriptionShedSet(ctx context.Context, id string, since time.Time) (time.Time, error) {
+	var was int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT shed_since FROM subscriptions WHERE id = ?`, id).Scan(&was)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		case (was == 0) == since.IsZero():
+			return nil // kept already, or nothing to clear
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE subscriptions SET shed_since = ? WHERE id = ?`, ns(since), id)
+		return err
+	})
+	return tm(was), mapErr(err)
+}
+
+func (s *Store) SubscriptionsShed(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, shed_since FROM subscriptions WHERE shed_since <> 0 AND deleted_at IS NULL`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var since int64
+		if err := rows.Scan(&id, &since); err != nil {
+			return nil, mapErr(err)
+		}
+		out[id] = tm(since)
+	}
+	return out, mapErr(rows.Err())
+}
+
 func (s *Store) DeliveryRehost(ctx context.Context, subscriptionID string) (int, error) {
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {

@@ -86,6 +86,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AttemptList", testAttemptList},
 		{"EventTypes", testEventTypes},
 		{"Circuits", testCircuits},
+		{"Shed", testShed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
