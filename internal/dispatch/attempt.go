@@ -213,6 +213,9 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		d.hostFailingLocked(h, out, now)
 	}
 
+	if a.sub.URL != l.url {
+		return // sent to the URL the subscription left: it says nothing of the new one
+	}
 	// A failed connection says nothing of the endpoint behind it.
 	if out.Conn {
 		if a.laneProbe {

@@ -298,7 +298,12 @@ func (h *host) quick(l *lane) bool {
 func (l *lane) learn(sub *core.Subscription) {
 	if l.url != sub.URL {
 		if l.url != "" {
-			l.best = peakRate{}
+			// The endpoint's own admission goes with it: a path fixed on
+			// the same host kept the old one's open circuit, then its
+			// recovery ramp (90 deliveries waited 20 s, then took 90 s).
+			l.outcomes, l.breaker, l.ramp, l.pauseUntil = window{}, breaker{}, ramp{}, time.Time{}
+			l.aimd, l.catchingUp, l.before, l.best = aimd{}, false, 0, peakRate{}
+			l.toldAt, l.servedAt = time.Time{}, time.Time{}
 		}
 		l.url, l.tenant = sub.URL, sub.TenantID
 	}

@@ -18,6 +18,7 @@ import (
 
 	"hookd/internal/core"
 	"hookd/internal/send"
+	"hookd/internal/store"
 )
 
 const gateway = "gateway.example:443"
@@ -1060,6 +1061,59 @@ func TestSimTwoSlowPathsHaveTheWholeCapBetweenThem(t *testing.T) {
 			if n < 95 {
 				t.Errorf("slow path %s started %d attempts of 1 s in 20 s, want about 100 (five slots)", name, n)
 			}
+		}
+	})
+}
+
+// A path of a shared host fails until its owner fixes the URL (a typo in
+// the path): the new URL is a new endpoint. It kept the old one's open
+// circuit and then its recovery ramp: an outside run's 90 pending
+// deliveries waited 20 s for the old circuit's probe and then took 90 s
+// at 1-2 a second. Now each goes when it is due: at once if it was held,
+// else at its retry time.
+func TestSimFixedURLOnTheSameHostSendsWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		_, sub := s.path(gateway, "typo", "sim.typo", func(time.Time, int, string) reply {
+			return reply{status: 500, latency: 5 * time.Millisecond}
+		})
+		fixedURL := "https://" + gateway + "/fixed"
+		fixed := &endpoint{url: fixedURL, behave: ok(10 * time.Millisecond), delivered: map[string]time.Time{}}
+		s.fleet[fixedURL] = fixed
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, sub.EventTypes[0], 500*time.Millisecond, 45*time.Second)
+		wg.Wait()
+		if h := s.d.Health(sub.Host, sub.ID); h.Circuit != "open" {
+			t.Fatalf("the failing path's circuit is %s, want open", h.Circuit)
+		}
+		changedAt := time.Now()
+		due := map[string]time.Time{} // event → when its delivery is due
+		page, err := s.store.DeliveryList(context.Background(), store.DeliveryListParams{SubscriptionID: sub.ID,
+			State: core.DeliveryPending, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dl := range page.Data {
+			due[dl.EventID] = maxTime(changedAt, dl.NextAttemptAt)
+		}
+		sub.URL, sub.UpdatedAt = fixedURL, changedAt.UTC()
+		if err := s.store.SubscriptionUpdate(context.Background(), sub); err != nil {
+			t.Fatal(err)
+		}
+		s.subs.Put(sub)
+		s.d.Wake(sub.Host, sub.ID)
+		time.Sleep(2 * time.Minute)
+		var late time.Duration
+		for _, a := range fixed.snapshot() {
+			late = max(late, a.start.Sub(due[a.eventID]))
+		}
+		sent, pending := len(fixed.snapshot()), s.states(sub)[core.DeliveryPending]
+		s.stop()
+		t.Logf("the fixed URL got %d of the %d pending, the latest %s after it was due; %d still pending", sent, len(due), late, pending)
+		if sent != len(due) || pending != 0 || late > time.Second {
+			t.Errorf("after the URL was fixed: %d of %d sent, %d still pending, one %s after it was due; want each within 1 s",
+				sent, len(due), pending, late)
 		}
 	})
 }
