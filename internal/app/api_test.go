@@ -184,6 +184,8 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"audit garbage cursor", "GET", "/v1/audit?cursor=%20", nil, 400, "cursor"},
 		{"keys garbage cursor", "GET", "/v1/tenants/default/keys?cursor=garbage", nil, 400, "cursor"},
 		{"replays garbage cursor", "GET", "/v1/subscriptions/" + sub + "/replays?cursor=garbage", nil, 400, "cursor"},
+		{"deliveries until before since", "GET", "/v1/subscriptions/" + sub + "/deliveries?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", nil, 400, "until"},
+		{"deliveries by status", "GET", "/v1/subscriptions/" + sub + "/deliveries?status=500", nil, 400, "status"},
 		{"tenant null", "POST", "/v1/tenants", `null`, 400, "body"},
 		{"event null", "POST", "/v1/events", ` null`, 400, "body"},
 		{"patch null", "PATCH", "/v1/subscriptions/" + sub, `null`, 400, "body"},

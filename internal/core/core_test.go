@@ -36,6 +36,11 @@ func TestEndpointHost(t *testing.T) {
 		"http://example.com:8080/x?y=1": "example.com:8080",
 		"http://[::1]:9000/":            "[::1]:9000",
 		"http://api.0day.example/":      "api.0day.example:80",
+		// Spellings of one server are one host, so they share its cap.
+		"https://Example.COM./hook":     "example.com:443",
+		"http://example.com:/":          "example.com:80",
+		"http://[2001:DB8:0::1]:9000/":  "[2001:db8::1]:9000",
+		"http://[::ffff:8.8.8.8]:9000/": "[::ffff:8.8.8.8]:9000",
 	} {
 		got, err := EndpointHost("url", raw)
 		if err != nil || got != want {

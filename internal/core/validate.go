@@ -141,7 +141,13 @@ func EndpointHost(field, raw string) (string, error) {
 		}
 		port = n
 	}
-	return net.JoinHostPort(strings.ToLower(host), strconv.FormatUint(port, 10)), nil
+	// One server, one key (and one concurrency cap): "Example.COM." is
+	// example.com, and an IPv6 address has one written form.
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if a, err := netip.ParseAddr(host); err == nil {
+		name = a.String()
+	}
+	return net.JoinHostPort(name, strconv.FormatUint(port, 10)), nil
 }
 
 // endsInNumber: the host's last label (a trailing dot aside) is a decimal
