@@ -221,6 +221,16 @@ func (s *sim) start(edit ...func(*Config)) {
 	s.ingest = ingest.New(s.store, s.subs, s.d.Notify, ingest.WithReservations(s.d.Reserve, s.d.Release))
 }
 
+// restart stops the node as a deploy does (what is in flight finishes and
+// is written) and starts another on the same store, with none of its memory.
+func (s *sim) restart() {
+	s.ingest.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.d.Stop(ctx)
+	s.start()
+}
+
 // stop shuts the node down; every goroutine of the bubble must end.
 func (s *sim) stop() {
 	s.ingest.Close()
@@ -1324,11 +1334,7 @@ func TestSimRampGoesOnAfterARestart(t *testing.T) {
 		}
 		time.Sleep(time.Until(closedAt.Add(time.Minute)))
 		restartAt := time.Now()
-		s.ingest.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		s.d.Stop(ctx)
-		cancel()
-		s.start()
+		s.restart()
 		time.Sleep(2 * time.Minute)
 		perSec := map[int64]int{}
 		for _, a := range ep.snapshot() {
@@ -1377,11 +1383,7 @@ func TestSimOpenCircuitAndRetryAfterOutliveARestart(t *testing.T) {
 		wg.Wait()
 		time.Sleep(5 * time.Second) // what the node publishes, it publishes within a second
 		restartAt := time.Now()
-		s.ingest.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		s.d.Stop(ctx)
-		cancel()
-		s.start()
+		s.restart()
 		time.Sleep(time.Minute)
 		after := func(ep *endpoint, within time.Duration) int {
 			n := 0
