@@ -146,6 +146,8 @@ func EndpointHost(field, raw string) (string, error) {
 	name := strings.ToLower(strings.TrimSuffix(host, "."))
 	if a, err := netip.ParseAddr(host); err == nil {
 		name = a.String()
+	} else if name == "" {
+		return "", fieldErr(field, "must name a host") // "http://." is the root alone
 	}
 	return net.JoinHostPort(name, strconv.FormatUint(port, 10)), nil
 }
