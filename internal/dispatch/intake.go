@@ -142,6 +142,7 @@ func (d *Dispatcher) Wake(hostName, subID string) {
 	}
 	now := time.Now()
 	h, l := d.laneLocked(hostName, subID)
+	l.learn(sub) // a new URL's lane shows none of the old one's circuit at once
 	l.ungone(sub)
 	l.due(now)
 	l.wokeAt = now

@@ -131,7 +131,9 @@ func (v *Service) write(ctx context.Context, tenantID, id, action string, mutate
 	v.reg.Put(next)
 	// Woken on leaving active too: the dispatcher then forgets what it
 	// queued, which this write skipped (disabled) or holds (paused).
-	if v.wake != nil && (next.State == core.SubActive && (cur.State != core.SubActive || cur.Host != next.Host) ||
+	// A new URL is a new endpoint (on the same host too): what the old
+	// one's circuit held may go now.
+	if v.wake != nil && (next.State == core.SubActive && (cur.State != core.SubActive || cur.Host != next.Host || cur.URL != next.URL) ||
 		cur.State == core.SubActive && next.State != core.SubActive) {
 		v.wake(next.Host, next.ID)
 	}

@@ -195,6 +195,9 @@ func TestServiceWakesWhenHeldWorkMayGo(t *testing.T) {
 			s.URL, s.Host = "https://c.example/", "c.example:443"
 			return nil
 		}, []wake{{"c.example:443", sub.ID}}},
+		// A new path is a new endpoint: what the old one's circuit held may go.
+		{"new path on the same host", func(s *core.Subscription) error { s.URL = "https://c.example/fixed"; return nil },
+			[]wake{{"c.example:443", sub.ID}}},
 		{"disable", setState(core.SubDisabled), []wake{{"c.example:443", sub.ID}}},
 	}
 	for _, st := range steps {
