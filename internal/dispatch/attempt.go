@@ -244,7 +244,10 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 		// wait should the disable fail; the next 410 tries again.
 		l.goneAt = now
 	}
-	if out.StatusCode == 429 {
+	if out.StatusCode == 429 || out.StatusCode == 503 && out.RetryAfter > 0 {
+		// Told to slow down (a 503 with Retry-After is an overload or a
+		// maintenance window): without the cut, the whole queue went at
+		// once when a 503's pause ended.
 		t := l.outcomes.sum(now, observedRateWindow)
 		l.aimd.cut(now, float64(t.n)/observedRateWindow.Seconds())
 	}

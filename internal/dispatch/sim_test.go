@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1156,12 +1157,22 @@ func TestSimHealthSaysRetryTimeAndCountsMinutes(t *testing.T) {
 // during it (it had lifted by then, and the endpoint's whole share went out
 // in the same millisecond).
 func TestSimRetryAfterEndsWithoutABurst(t *testing.T) {
+	// A 503 with Retry-After is an endpoint overloaded, or down for a
+	// while, as much as a 429 is one over its quota: after its pause the
+	// whole queue went out at once (an outside run: 10 requests in the
+	// first instant, to an endpoint that had just said 503).
+	for _, status := range []int{429, 503} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) { retryAfterEndsWithoutABurst(t, status) })
+	}
+}
+
+func retryAfterEndsWithoutABurst(t *testing.T, status int) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSim(t)
 		begin := time.Now()
 		ep, _ := s.endpoint("ra", func(now time.Time, _ int, _ string) reply {
 			if now.Sub(begin) < time.Second { // what went at once is told to wait
-				return reply{status: 429, retryAfter: 30 * time.Second, latency: time.Millisecond}
+				return reply{status: status, retryAfter: 30 * time.Second, latency: time.Millisecond}
 			}
 			return reply{status: 200, latency: 5 * time.Millisecond}
 		})
