@@ -356,8 +356,12 @@ func (a *aimd) holdUntil(t time.Time) {
 }
 
 // current grows the rate by 5 % of its ceiling per second since the last
-// look (none before a hold ends).
-func (a *aimd) current(now time.Time) float64 {
+// look (none before a hold ends). At the ceiling the cut lifts, unless
+// work is still queued (backlogged): the ceiling is the rate seen before
+// the cut, and what queued under it went at once when it lifted (12
+// within 8 ms, 10 s after a 503's pause), so the ceiling doubles instead,
+// until the queue is empty.
+func (a *aimd) current(now time.Time, backlogged bool) float64 {
 	if a.rate == 0 {
 		return 0
 	}
@@ -366,8 +370,12 @@ func (a *aimd) current(now time.Time) float64 {
 	}
 	a.rate += a.ceiling * aimdRecoverPerSec * now.Sub(a.last).Seconds()
 	a.last = now
-	if a.rate >= a.ceiling {
-		a.rate = 0
+	for a.rate >= a.ceiling {
+		if !backlogged {
+			a.rate = 0
+			break
+		}
+		a.ceiling *= 2
 	}
 	return a.rate
 }

@@ -660,7 +660,7 @@ func (l *lane) admits(limit int, rate float64, now time.Time) bool {
 		return false
 	}
 	// Asked even with no cut in force, so the bucket owes nothing when one returns.
-	return l.aimdBucket.ready(now, l.aimd.current(now)) && l.bucket.ready(now, rate)
+	return l.aimdBucket.ready(now, l.aimd.current(now, l.queued() > 1)) && l.bucket.ready(now, rate)
 }
 
 // pickLocked chooses the lane to send next: among lanes with work that

@@ -1207,6 +1207,22 @@ func retryAfterEndsWithoutABurst(t *testing.T, status int) {
 		if first > 2 {
 			t.Errorf("%d attempts in the first second after Retry-After ended, want at most 2", first)
 		}
+		// Nor later: the back-off lifted at the rate seen before the cut
+		// (here one a second), and the twelve still queued then went in
+		// 8 ms (an outside run, ten seconds after the pause).
+		perSec := map[int64]int{}
+		for _, a := range all {
+			if !a.start.Before(end) {
+				perSec[a.start.Sub(end).Milliseconds()/1000]++
+			}
+		}
+		busiest := 0
+		for _, n := range perSec {
+			busiest = max(busiest, n)
+		}
+		if busiest > 3 {
+			t.Errorf("%d attempts in one second of the drain after Retry-After ended, want at most 3", busiest)
+		}
 	})
 }
 
