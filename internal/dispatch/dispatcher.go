@@ -232,7 +232,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			return fmt.Errorf("leasing shards: %w", err)
 		}
 	}
-	if err := d.resync(ctx); err != nil {
+	if err := d.resync(ctx, true); err != nil {
 		return err
 	}
 	d.failuresDone = make(chan struct{})
@@ -336,9 +336,9 @@ func (d *Dispatcher) loop() {
 		case <-d.kick:
 		case <-timer.C:
 		case <-resync.C:
-			d.poll()
+			d.poll(false)
 		case <-d.resyncNow:
-			d.poll()
+			d.poll(true) // asked: a lost notification, or gained shards whose resync failed
 		}
 	}
 }

@@ -192,15 +192,14 @@ func (l *lane) goneUntil() time.Time {
 
 // untried: the lane has no history on this node (no attempt, no circuit,
 // no pause), so what was published for it may be taken up (takeUp).
-func (l *lane) untried() bool {
-	_, tried := l.outcomes.last()
-	return !tried && l.breaker.state == closed && l.pauseUntil.IsZero()
-}
+func (l *lane) untried() bool { return untried(&l.outcomes, &l.breaker, l.pauseUntil) }
 
 // untried: as a lane's, for the host's own circuit and pause.
-func (h *host) untried() bool {
-	_, tried := h.outcomes.last()
-	return !tried && h.breaker.state == closed && h.pauseUntil.IsZero()
+func (h *host) untried() bool { return untried(&h.outcomes, &h.breaker, h.pauseUntil) }
+
+func untried(w *window, b *breaker, pauseUntil time.Time) bool {
+	_, tried := w.last()
+	return !tried && b.state == closed && pauseUntil.IsZero()
 }
 
 // takeUp holds an untried lane as c, its last published circuit, says: open

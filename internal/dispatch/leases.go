@@ -279,7 +279,7 @@ func (d *Dispatcher) leaseLoop() {
 		} else {
 			if len(gained) > 0 {
 				began = time.Now()
-				if err := d.resyncShards(ctx, gained); err != nil {
+				if err := d.resyncShards(ctx, gained, true); err != nil {
 					// This renewal's budget is spent: the loop's own resync,
 					// with a longer one, takes them now rather than at its tick.
 					d.report("resync of gained shards; resyncing all", began, err)

@@ -106,12 +106,13 @@ func (d *Dispatcher) refillAt(l *lane) time.Time {
 	return d.refillsAfter
 }
 
-// poll is the loop's periodic safety net: resync, fail what waited out its
-// retry window behind an open circuit, and forget stale health.
-func (d *Dispatcher) poll() {
+// poll is the loop's periodic safety net: resync (taking up published
+// circuits if takeUp), fail what waited out its retry window behind an
+// open circuit, and forget stale health.
+func (d *Dispatcher) poll(takeUp bool) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(d.sendCtx, 30*time.Second)
-	if err := d.resync(ctx); err != nil {
+	if err := d.resync(ctx, takeUp); err != nil {
 		d.report("resync with store", began, err)
 	}
 	cancel()
@@ -134,23 +135,29 @@ func (d *Dispatcher) forgetHealth() {
 
 // resync asks the store for every subscription with pending work on the
 // shards this node holds, so nothing pending is forgotten whatever the
-// hand-offs missed.
-func (d *Dispatcher) resync(ctx context.Context) error {
+// hand-offs missed. With takeUp (at start, for shards gained) it also
+// takes up what was published for the hosts and endpoints it has no
+// history of (lastPublished): the periodic resync has nothing to take up,
+// and would read the board every time for lanes still waiting on a retry.
+func (d *Dispatcher) resync(ctx context.Context, takeUp bool) error {
 	var shards []int // nil: all
 	if d.leaser != nil {
 		if shards = d.Shards(); len(shards) == 0 {
 			return nil
 		}
 	}
-	return d.resyncShards(ctx, shards)
+	return d.resyncShards(ctx, shards, takeUp)
 }
 
-func (d *Dispatcher) resyncShards(ctx context.Context, shards []int) error {
+func (d *Dispatcher) resyncShards(ctx context.Context, shards []int, takeUp bool) error {
 	due, err := d.cfg.Store.DeliveryPendingSubscriptions(ctx, shards)
 	if err != nil {
 		return err
 	}
-	last := d.lastPublished(ctx, due)
+	var last map[string]store.Circuit
+	if takeUp {
+		last = d.lastPublished(ctx, due)
+	}
 	var strays, gone []string
 	d.mu.Lock()
 	now := time.Now()

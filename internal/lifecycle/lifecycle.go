@@ -189,8 +189,8 @@ func (l *Lifecycle) Disable(ctx context.Context, subID, reason string) error {
 // logged, not retried.
 func (l *Lifecycle) Shed(ctx context.Context, c shed.Change, threshold int) {
 	began := time.Now()
-	set := c.Since
-	if !c.Ended.IsZero() {
+	ended, set := !c.Ended.IsZero(), c.Since
+	if ended {
 		set = time.Time{}
 	}
 	was, err := l.cfg.Store.SubscriptionShedSet(ctx, c.SubscriptionID, set)
@@ -198,24 +198,16 @@ func (l *Lifecycle) Shed(ctx context.Context, c shed.Change, threshold int) {
 		l.logErr("keeping a subscription's shedding", c.SubscriptionID, began, err)
 		return
 	}
-	typ := TypeShedding
-	if c.Ended.IsZero() {
-		if !was.IsZero() {
-			return // begun by another node, or by this one before a restart: told then
-		}
-	} else {
-		if was.IsZero() {
-			return // ended by another node first: told then
-		}
-		typ, c.Since = TypeSheddingEnded, was
-	}
+	// A beginning tells if nothing was kept, an end if something was;
+	// otherwise another node (or this one before a restart) told.
 	sub, ok := l.cfg.Subs.Registry().Get(c.SubscriptionID)
-	if !ok {
-		return // deleted
+	if was.IsZero() == ended || !ok {
+		return
 	}
-	p := sheddingPayload(sub, c, threshold)
-	if typ == TypeSheddingEnded {
-		p = sheddingEndedPayload(sub, c)
+	typ, p := TypeShedding, sheddingPayload(sub, c, threshold)
+	if ended {
+		c.Since = was
+		typ, p = TypeSheddingEnded, sheddingEndedPayload(sub, c)
 	}
 	l.emit(ctx, core.Event{TenantID: sub.TenantID, Type: typ, About: sub.ID,
 		IdempotencyKey: typ + ":" + sub.ID + ":" + c.Since.UTC().Format(time.RFC3339Nano)}, p)
