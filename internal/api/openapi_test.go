@@ -316,3 +316,23 @@ func TestOpenAPIAuditActions(t *testing.T) {
 		t.Errorf("openapi.json AuditEntry.action enum %v, want %v", got, audit.Actions)
 	}
 }
+
+// TestQueryParamsAreRead: the query parameters badQuery lets through are
+// openapi.json's, $refs and path-level ones included.
+func TestQueryParamsAreRead(t *testing.T) {
+	for route, want := range map[string][]string{
+		"GET /v1/events":                        {"cursor", "idempotency_key", "limit", "since", "tenant_id", "type", "until"},
+		"GET /v1/subscriptions/{id}/stats":      {"granularity", "since", "until"},
+		"GET /v1/subscriptions/{id}/deliveries": {"cursor", "event_type", "limit", "since", "state", "until"},
+		"POST /v1/events":                       nil,
+	} {
+		if got := queryParams[route]; !slices.Equal(got, want) {
+			t.Errorf("%s takes %v, want %v", route, got, want)
+		}
+	}
+	for _, route := range allRoutes() {
+		if _, ok := queryParams[route]; !ok {
+			t.Errorf("%s has no entry: a route openapi.json does not document refuses every query parameter", route)
+		}
+	}
+}

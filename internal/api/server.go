@@ -224,6 +224,9 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 			err = badText(r)
 		}
 		if err == nil {
+			err = badQuery(pattern, r.URL.Query())
+		}
+		if err == nil {
 			// The peer address as the connection has it: X-Forwarded-For
 			// is anyone's to write, so it is not trusted.
 			r = r.WithContext(audit.WithActor(r.Context(), audit.Actor{ID: p.actor(), Addr: r.RemoteAddr}))

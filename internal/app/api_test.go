@@ -186,6 +186,15 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"replays garbage cursor", "GET", "/v1/subscriptions/" + sub + "/replays?cursor=garbage", nil, 400, "cursor"},
 		{"deliveries until before since", "GET", "/v1/subscriptions/" + sub + "/deliveries?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", nil, 400, "until"},
 		{"deliveries by status", "GET", "/v1/subscriptions/" + sub + "/deliveries?status=500", nil, 400, "status"},
+		// A query parameter the route does not take: a typo, or another
+		// list's filter, read as filtered.
+		{"events misspelt filter", "GET", "/v1/events?tpye=a.b", nil, 400, "tpye"},
+		{"deliveries of a subscription by event", "GET", "/v1/subscriptions/" + sub + "/deliveries?event_id=evt_x", nil, 400, "event_id"},
+		{"event with a query", "POST", "/v1/events?tenant_id=default", `{"type":"a.b","payload":{}}`, 400, "tenant_id"},
+		{"subscription with a query", "POST", "/v1/subscriptions?dry_run=1", `{"url":"` + rc.URL + `","event_types":["*"]}`, 400, "dry_run"},
+		{"patch with a query", "PATCH", "/v1/subscriptions/" + sub + "?state=paused", `{"state":"paused"}`, 400, "state"},
+		{"limit twice", "GET", "/v1/events?limit=1&limit=100", nil, 400, "limit"},
+		{"state twice", "GET", "/v1/deliveries?state=failed&state=pending", nil, 400, "state"},
 		{"tenant null", "POST", "/v1/tenants", `null`, 400, "body"},
 		{"event null", "POST", "/v1/events", ` null`, 400, "body"},
 		{"patch null", "PATCH", "/v1/subscriptions/" + sub, `null`, 400, "body"},
