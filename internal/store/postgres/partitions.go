@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -82,50 +83,110 @@ func partitionsOf(ctx context.Context, tx pgx.Tx, table string) ([]partition, er
 // lock that lets writes go on, where CREATE TABLE ... PARTITION OF would
 // stop them.
 func (s *Store) ensurePartitions(ctx context.Context, now time.Time) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
-			return err
-		}
-		for _, p := range partitioned {
-			parts, err := partitionsOf(ctx, tx, p.table)
-			if err != nil {
-				return err
-			}
-			var last partition
-			for _, q := range parts {
-				if q.hi > last.hi {
-					last = q
-				}
-			}
-			if last.hi == "" {
-				return fmt.Errorf("postgres: %s has no partition", p.table)
-			}
-			for hi, t := last.hi, last.end; t.Before(now.Add(partitionsAhead)); {
-				// A partition starts in the day its predecessor ends; one
-				// ending over a month ago (a node down that long, or a
-				// legacy table idle) is followed by one spanning the gap.
-				start := t
-				if start.Before(now.Add(-30 * 24 * time.Hour)) {
-					start = now.Add(-24 * time.Hour)
-				}
-				start = start.UTC().Truncate(24 * time.Hour)
-				end := start.Add(24 * time.Hour)
-				next := core.IDFloor(p.prefix, end)
-				if err := makeDay(ctx, tx, p.table, p.table+dayName(start), hi, next); err != nil {
-					return err
-				}
-				hi, t = next, end
-			}
-		}
-		return nil
+	var covered time.Time // the least day end of the tables, before this pass
+	err := retryBusy(ctx, ddlTries, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			return makeDays(ctx, tx, now, &covered)
+		})
 	})
+	if busy(err) && covered.After(now.Add(24*time.Hour)) {
+		// Writers kept the tables all along: the days there are will do
+		// until the next pass (hourly, and each Purge).
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("postgres: making partitions: %w", err)
 	}
 	return nil
+}
+
+func makeDays(ctx context.Context, tx pgx.Tx, now time.Time, covered *time.Time) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
+		return err
+	}
+	// Attaching a day waits behind every writer, and every writer after
+	// behind it (deliveries' foreign key locks subscriptions too).
+	if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
+		return err
+	}
+	*covered = time.Time{}
+	for _, p := range partitioned {
+		parts, err := partitionsOf(ctx, tx, p.table)
+		if err != nil {
+			return err
+		}
+		var last partition
+		for _, q := range parts {
+			if q.hi > last.hi {
+				last = q
+			}
+		}
+		if last.hi == "" {
+			return fmt.Errorf("postgres: %s has no partition", p.table)
+		}
+		if covered.IsZero() || last.end.Before(*covered) {
+			*covered = last.end
+		}
+		for hi, t := last.hi, last.end; t.Before(now.Add(partitionsAhead)); {
+			// A partition starts in the day its predecessor ends; one
+			// ending over a month ago (a node down that long, or a
+			// legacy table idle) is followed by one spanning the gap.
+			start := t
+			if start.Before(now.Add(-30 * 24 * time.Hour)) {
+				start = now.Add(-24 * time.Hour)
+			}
+			start = start.UTC().Truncate(24 * time.Hour)
+			end := start.Add(24 * time.Hour)
+			next := core.IDFloor(p.prefix, end)
+			if err := makeDay(ctx, tx, p.table, p.table+dayName(start), hi, next); err != nil {
+				return err
+			}
+			hi, t = next, end
+		}
+	}
+	return nil
+}
+
+// ddlLockTimeout bounds each lock wait of a transaction that makes,
+// detaches or drops days to a fifth of deadlock_timeout (10 to 100 ms).
+// Such a lock waits for every transaction using the table, and every
+// transaction after it waits in turn; holding one lock while it waited
+// for the next, a drop took part in deadlocks that PostgreSQL broke by
+// failing a refill or a result write (beside a purge under load: 5 in 40
+// s), and stalled writers for up to its old 5 s timeout. Now none of them
+// waits on it long enough to look for a deadlock: a busy pass gives up
+// and tries again (retryBusy).
+const ddlLockTimeout = `SELECT set_config('lock_timeout',
+	least(100, greatest(10, (SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout') / 5))::text, true)`
+
+// How often retryBusy tries: making days and removing detached ones about
+// 10 s in all (at Open too, where the days there are usually do); a day's
+// drop about a minute, since a day that cannot go whole is deleted row by
+// row by the pass's batches. Each try that fails holds writers up to
+// ddlLockTimeout per table.
+const (
+	ddlTries     = 8
+	dropDayTries = 24
+)
+
+// retryBusy runs fn again while it is busy, waiting longer each time (up to
+// 3.2 s, with jitter so that nodes do not try in step), up to tries times;
+// it answers fn's last error.
+func retryBusy(ctx context.Context, tries int, fn func() error) error {
+	for try := 0; ; try++ {
+		err := fn()
+		if !busy(err) || try == tries-1 {
+			return err
+		}
+		wait := time.Duration(50<<min(try, 6)) * time.Millisecond
+		t := time.NewTimer(wait/2 + time.Duration(rand.Int64N(int64(wait))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 func makeDay(ctx context.Context, tx pgx.Tx, table, name, lo, hi string) error {
@@ -257,22 +318,29 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 // day of the same name made again meanwhile (makeDay) is never taken for
 // a leftover. Busy (the lock not had in time), it is left to the next pass.
 func (s *Store) dropDetached(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+	err := retryBusy(ctx, ddlTries, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
+				return err
+			}
+			rows, _ := tx.Query(ctx, `SELECT c.relname FROM pg_class c
+				WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+					AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$' ORDER BY 1`)
+			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil || len(names) == 0 {
+				return err
+			}
+			// A deliveries day's foreign key goes with it, which locks
+			// subscriptions whole.
+			if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `DROP TABLE `+strings.Join(names, ", "))
 			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
-			return err
-		}
-		rows, _ := tx.Query(ctx, `SELECT c.relname FROM pg_class c
-			WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
-				AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$' ORDER BY 1`)
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(names) == 0 {
-			return err
-		}
-		_, err = tx.Exec(ctx, `DROP TABLE `+strings.Join(names, ", "))
-		return err
+		})
 	})
 	if busy(err) {
 		return nil
@@ -303,7 +371,23 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	ev, dl, at := day[0].name, day[1].name, day[2].name
 	elo, ehi, dhi := day[0].lo, day[0].hi, day[1].hi
 	removed := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := retryBusy(ctx, dropDayTries, func() error { return s.dropDayTx(ctx, ev, dl, at, elo, ehi, dhi, cutoff, &removed) })
+	if err == nil {
+		// The day is gone from the tables; a failure to remove its files
+		// now is retried by the next pass's dropDays, which reports it.
+		s.dropDetached(ctx)
+	}
+	switch {
+	case errors.Is(err, errKept), busy(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)
+	}
+	return removed, nil
+}
+
+func (s *Store) dropDayTx(ctx context.Context, ev, dl, at, elo, ehi, dhi string, cutoff time.Time, removed *int) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Exclusive against every node's Purge batch (which takes it
 		// shared): no batch removes a row of the day between its counts
 		// here and its drop, so nothing is counted twice.
@@ -343,7 +427,7 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		b.Queue(fmt.Sprintf(`DELETE FROM event_keys k USING %s e
 			WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ev))
 		br := tx.SendBatch(ctx, b)
-		if err := br.QueryRow().Scan(&removed); err != nil {
+		if err := br.QueryRow().Scan(removed); err != nil {
 			br.Close()
 			return err
 		}
@@ -351,7 +435,7 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 			return err
 		}
 
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+		if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
 			return err
 		}
 		// Dropping a partition takes its parent's ACCESS EXCLUSIVE lock
@@ -390,18 +474,6 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})
-	if err == nil {
-		// The day is gone from the tables; a failure to remove its files
-		// now is retried by the next pass's dropDays, which reports it.
-		s.dropDetached(ctx)
-	}
-	switch {
-	case errors.Is(err, errKept), busy(err):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)
-	}
-	return removed, nil
 }
 
 // countsSQL adds the deliveries of from to the hourly and daily counts per
