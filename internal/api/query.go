@@ -69,18 +69,26 @@ func queryParamsOf(doc []byte) map[string][]string {
 
 // badQuery refuses a query parameter route does not take, and one given
 // more than once: every parameter takes one value, and of two the handler
-// would read the first. An empty value is no value, as before.
-func badQuery(route string, q url.Values) error {
+// would read the first. (The handlers take an empty value of one they
+// know as none.) A pair with a ';' is refused too: URL.Query drops it
+// unread, so ?state=failed;limit=5 answered the unfiltered page.
+func badQuery(route, raw string) error {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return errBadRequest("query", "cannot be read: parameters are name=value pairs separated by '&' (a ';' separates none)")
+	}
 	known := queryParams[route]
 	for _, name := range slices.Sorted(maps.Keys(q)) {
 		switch {
+		case name == "":
+			return errBadRequest("query", "holds a parameter with no name")
 		case !slices.Contains(known, name):
 			if len(known) == 0 {
 				return errBadRequest(name, fmt.Sprintf("is not a query parameter of %s, which takes none", route))
 			}
 			return errBadRequest(name, fmt.Sprintf("is not a query parameter of %s, which takes %s", route, strings.Join(known, ", ")))
 		case len(q[name]) > 1:
-			return errBadRequest(name, "is given more than once (a parameter takes one value)")
+			return errBadRequest(name, "is given more than once (a parameter takes one value; where it takes a list, the list is comma-separated)")
 		}
 	}
 	return nil

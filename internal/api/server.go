@@ -224,7 +224,7 @@ func (s *Server) routeCounted(pattern string, h handler, rejected func(code stri
 			err = badText(r)
 		}
 		if err == nil {
-			err = badQuery(pattern, r.URL.Query())
+			err = badQuery(pattern, r.URL.RawQuery)
 		}
 		if err == nil {
 			// The peer address as the connection has it: X-Forwarded-For

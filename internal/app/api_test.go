@@ -195,6 +195,8 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"patch with a query", "PATCH", "/v1/subscriptions/" + sub + "?state=paused", `{"state":"paused"}`, 400, "state"},
 		{"limit twice", "GET", "/v1/events?limit=1&limit=100", nil, 400, "limit"},
 		{"state twice", "GET", "/v1/deliveries?state=failed&state=pending", nil, 400, "state"},
+		{"a semicolon", "GET", "/v1/deliveries?state=failed;limit=5", nil, 400, "query"},
+		{"a parameter with no name", "GET", "/v1/events?=x", nil, 400, "query"},
 		{"tenant null", "POST", "/v1/tenants", `null`, 400, "body"},
 		{"event null", "POST", "/v1/events", ` null`, 400, "body"},
 		{"patch null", "PATCH", "/v1/subscriptions/" + sub, `null`, 400, "body"},
