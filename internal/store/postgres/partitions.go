@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -83,17 +84,19 @@ func partitionsOf(ctx context.Context, tx pgx.Tx, table string) ([]partition, er
 // lock that lets writes go on, where CREATE TABLE ... PARTITION OF would
 // stop them.
 func (s *Store) ensurePartitions(ctx context.Context, now time.Time) error {
-	var covered time.Time // the least day end of the tables, before this pass
+	var covered time.Time // the least day end of the three tables, zero: unknown
 	err := retryBusy(ctx, ddlTries, func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			return makeDays(ctx, tx, now, &covered)
 		})
+		if busy(err) && covered.After(now.Add(24*time.Hour)) {
+			// The days there are will do until the next pass (hourly,
+			// and each Purge): a node starting beside writers need not
+			// wait out the tries.
+			return nil
+		}
+		return err
 	})
-	if busy(err) && covered.After(now.Add(24*time.Hour)) {
-		// Writers kept the tables all along: the days there are will do
-		// until the next pass (hourly, and each Purge).
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("postgres: making partitions: %w", err)
 	}
@@ -109,24 +112,36 @@ func makeDays(ctx context.Context, tx pgx.Tx, now time.Time, covered *time.Time)
 	if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
 		return err
 	}
+	// Each table's last day, all read before any is made: covered holds
+	// for all three, and a bound that is no ID's (a zero end) covers none.
+	var lasts [len(partitioned)]partition
 	*covered = time.Time{}
-	for _, p := range partitioned {
+	for i, p := range partitioned {
 		parts, err := partitionsOf(ctx, tx, p.table)
 		if err != nil {
 			return err
 		}
-		var last partition
 		for _, q := range parts {
-			if q.hi > last.hi {
-				last = q
+			if q.hi > lasts[i].hi {
+				lasts[i] = q
 			}
 		}
-		if last.hi == "" {
+		if lasts[i].hi == "" {
 			return fmt.Errorf("postgres: %s has no partition", p.table)
 		}
-		if covered.IsZero() || last.end.Before(*covered) {
+	}
+	*covered = lasts[0].end
+	for _, last := range lasts {
+		if last.end.IsZero() {
+			*covered = time.Time{}
+			break
+		}
+		if last.end.Before(*covered) {
 			*covered = last.end
 		}
+	}
+	for i, p := range partitioned {
+		last := lasts[i]
 		for hi, t := last.hi, last.end; t.Before(now.Add(partitionsAhead)); {
 			// A partition starts in the day its predecessor ends; one
 			// ending over a month ago (a node down that long, or a
@@ -159,19 +174,15 @@ func makeDays(ctx context.Context, tx pgx.Tx, now time.Time, covered *time.Time)
 const ddlLockTimeout = `SELECT set_config('lock_timeout',
 	least(100, greatest(10, (SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout') / 5))::text, true)`
 
-// How often retryBusy tries: making days and removing detached ones about
-// 10 s in all (at Open too, where the days there are usually do); a day's
-// drop about a minute, since a day that cannot go whole is deleted row by
-// row by the pass's batches. Each try that fails holds writers up to
-// ddlLockTimeout per table.
-const (
-	ddlTries     = 8
-	dropDayTries = 24
-)
+// ddlTries is how often making days and removing detached ones are tried,
+// about 10 s in all. A day's lock is tried until dropBudget ends, since a
+// day not dropped is deleted row by row by the pass's batches. Each try
+// that fails holds writers up to ddlLockTimeout per table.
+const ddlTries = 8
 
 // retryBusy runs fn again while it is busy, waiting longer each time (up to
-// 3.2 s, with jitter so that nodes do not try in step), up to tries times;
-// it answers fn's last error.
+// 3.2 s, with jitter so that nodes do not try in step), up to tries times
+// or until ctx ends; it answers fn's last error.
 func retryBusy(ctx context.Context, tries int, fn func() error) error {
 	for try := 0; ; try++ {
 		err := fn()
@@ -301,16 +312,30 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The drops' tries end well inside the caller's time for a pass
+	// (retention gives Purge a minute): what is left goes by the batches.
+	dctx, cancel := context.WithTimeout(ctx, dropBudget)
+	defer cancel()
 	removed := 0
 	for _, d := range days {
-		n, err := s.dropDay(ctx, d, cutoff)
+		if dctx.Err() != nil {
+			break
+		}
+		n, err := s.dropDay(dctx, d, cutoff)
 		if err != nil {
+			if ctx.Err() == nil && dctx.Err() != nil {
+				break // out of budget, not failed
+			}
 			return removed, err
 		}
 		removed += n
 	}
 	return removed, nil
 }
+
+// dropBudget bounds a pass's drops, their tries for the tables' lock
+// included.
+const dropBudget = 20 * time.Second
 
 // dropDetached drops the day tables no longer attached: those dropDay
 // detached, and any a crash left detached before it could drop them. A
@@ -371,7 +396,7 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	ev, dl, at := day[0].name, day[1].name, day[2].name
 	elo, ehi, dhi := day[0].lo, day[0].hi, day[1].hi
 	removed := 0
-	err := retryBusy(ctx, dropDayTries, func() error { return s.dropDayTx(ctx, ev, dl, at, elo, ehi, dhi, cutoff, &removed) })
+	err := s.dropDayTx(ctx, ev, dl, at, elo, ehi, dhi, cutoff, &removed)
 	if err == nil {
 		// The day is gone from the tables; a failure to remove its files
 		// now is retried by the next pass's dropDays, which reports it.
@@ -441,7 +466,20 @@ func (s *Store) dropDayTx(ctx context.Context, ev, dl, at, elo, ehi, dhi string,
 		// Dropping a partition takes its parent's ACCESS EXCLUSIVE lock
 		// anyway: taken first, in one statement, it is held for the checks
 		// by index and the drop, and no other lock is awaited meanwhile.
-		if _, err := tx.Exec(ctx, `LOCK TABLE events, deliveries, attempts IN ACCESS EXCLUSIVE MODE`); err != nil {
+		// Busy, it is tried again behind a savepoint, so the scans above
+		// are not made again, until ctx ends.
+		if err := retryBusy(ctx, math.MaxInt, func() error {
+			if _, err := tx.Exec(ctx, `SAVEPOINT day_lock`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `LOCK TABLE events, deliveries, attempts IN ACCESS EXCLUSIVE MODE`)
+			if busy(err) {
+				if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT day_lock`); rerr != nil {
+					return rerr
+				}
+			}
+			return err
+		}); err != nil {
 			return err
 		}
 		if err := keeps(); err != nil {
