@@ -281,7 +281,7 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 	if err := s.dropDetached(ctx); err != nil { // what a crash left
 		return 0, err
 	}
-	var days [][3]partition // events, deliveries, attempts of one name
+	var days []dayTables
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		byName := map[string]partition{}
 		for _, p := range partitioned {
@@ -293,6 +293,10 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 				byName[q.name] = q
 			}
 		}
+		detached, err := detachedDays(ctx, tx)
+		if err != nil {
+			return err
+		}
 		for name, ev := range byName {
 			day, ok := strings.CutPrefix(name, "events_p")
 			if !ok || ev.lo == "" || ev.end.IsZero() || ev.end.After(cutoff) {
@@ -300,11 +304,14 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 			}
 			// The first day after a legacy partition may lack a table
 			// whose legacy rows ran past midnight: it stays, emptied by
-			// the batches.
-			dl, ok1 := byName["deliveries_p"+day]
-			at, ok2 := byName["attempts_p"+day]
-			if ok1 && ok2 {
-				days = append(days, [3]partition{ev, dl, at})
+			// the batches. One detached already was a drop cut short.
+			d := dayTables{ev: ev}
+			d.dl, d.dlAttached = byName["deliveries_p"+day]
+			d.at, d.atAttached = byName["attempts_p"+day]
+			dlGone, atGone := detached["deliveries_p"+day], detached["attempts_p"+day]
+			switch {
+			case d.dlAttached && d.atAttached, dlGone && (d.atAttached || atGone):
+				days = append(days, d)
 			}
 		}
 		return nil
@@ -351,9 +358,15 @@ func (s *Store) dropDetached(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
 				return err
 			}
+			// A day's deliveries or attempts detached while its events are
+			// attached are a drop cut short (events go last): they say
+			// where it stopped (dropDays).
 			rows, _ := tx.Query(ctx, `SELECT c.relname FROM pg_class c
 				WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
-					AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$' ORDER BY 1`)
+					AND c.relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$'
+					AND NOT (c.relname !~ '^events' AND EXISTS (SELECT 1 FROM pg_class a
+						WHERE a.relnamespace = c.relnamespace AND a.relispartition AND a.relname = 'events_p' || right(c.relname, 8)))
+				ORDER BY 1`)
 			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			if err != nil || len(names) == 0 {
 				return err
@@ -373,6 +386,19 @@ func (s *Store) dropDetached(ctx context.Context) error {
 	return err
 }
 
+// detachedDays names the day tables detached and not yet removed.
+func detachedDays(ctx context.Context, tx pgx.Tx) (map[string]bool, error) {
+	rows, _ := tx.Query(ctx, `SELECT relname FROM pg_class
+		WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND NOT relispartition
+			AND relname ~ '^(events|deliveries|attempts)_p[0-9]{8}$'`)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out := map[string]bool{}
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, err
+}
+
 // busy is a lock not had within lock_timeout, or a deadlock (the other
 // side's transaction is retried): the next pass tries again.
 func busy(err error) bool {
@@ -383,20 +409,45 @@ func busy(err error) bool {
 // errKept ends a drop's transaction, rolling it back, when its day stays.
 var errKept = errors.New("day kept")
 
+// dayTables is one day's partitions: events, deliveries, attempts; a
+// deliveries or attempts partition already detached (a drop cut short)
+// has only its name.
+type dayTables struct {
+	ev, dl, at             partition
+	dlAttached, atAttached bool
+}
+
 // dropDay drops one day's partitions, unless they hold pending work or an
-// event created at or after cutoff. The scans (its counts, its events'
-// keys) run before the tables are locked: the lock stops every read and
-// write, so it is held only for the checks by index and the drop. A
-// replay cannot make a delivery pending behind the check, which runs again
-// under the lock; one that both made a delivery of the day pending and
-// finished it in the moments between the counts and the lock would leave
-// the counts with its state before. Deliveries of its events written in a
-// later day (a batch spanning midnight) go with it.
-func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time) (int, error) {
-	ev, dl, at := day[0].name, day[1].name, day[2].name
-	elo, ehi, dhi := day[0].lo, day[0].hi, day[1].hi
+// event created at or after cutoff, one table at a time: deliveries (the
+// checks and the counts), then attempts, then events. Each step locks one
+// table: holding one while it waited for the next, a drop beside
+// sustained writes seldom had all three at once (a writer holding one
+// waited behind it for another). A step cut short leaves the rest to the
+// next pass: its detached tables stay until none of the day is attached
+// (dropDetached), and mark where it stopped. It answers how many events
+// went.
+func (s *Store) dropDay(ctx context.Context, day dayTables, cutoff time.Time) (int, error) {
+	var err error
+	if day.dlAttached {
+		err = s.dropDayDeliveries(ctx, day, cutoff)
+	}
+	if err == nil && day.atAttached {
+		err = s.detachDay(ctx, "attempts", day.at.name, nil)
+	}
 	removed := 0
-	err := s.dropDayTx(ctx, ev, dl, at, elo, ehi, dhi, cutoff, &removed)
+	if err == nil {
+		err = s.detachDay(ctx, "events", day.ev.name, func(tx pgx.Tx) error {
+			// Under the lock: a writer using an old key waits on these rows
+			// while holding events, so taken before it they would wait on
+			// each other.
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+day.ev.name).Scan(&removed); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM event_keys k USING %s e
+				WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, day.ev.name))
+			return err
+		})
+	}
 	if err == nil {
 		// The day is gone from the tables; a failure to remove its files
 		// now is retried by the next pass's dropDays, which reports it.
@@ -406,31 +457,96 @@ func (s *Store) dropDay(ctx context.Context, day [3]partition, cutoff time.Time)
 	case errors.Is(err, errKept), busy(err):
 		return 0, nil
 	case err != nil:
-		return 0, fmt.Errorf("postgres: dropping %s: %w", ev, err)
+		return 0, fmt.Errorf("postgres: dropping %s: %w", day.ev.name, err)
 	}
 	return removed, nil
 }
 
-func (s *Store) dropDayTx(ctx context.Context, ev, dl, at, elo, ehi, dhi string, cutoff time.Time, removed *int) error {
+// lockTable takes table's ACCESS EXCLUSIVE lock (which a detach needs)
+// in tx, each wait bounded by ddlLockTimeout, trying again behind a
+// savepoint (so what tx did before stands) until ctx ends.
+func lockTable(ctx context.Context, tx pgx.Tx, table string) error {
+	if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
+		return err
+	}
+	return retryBusy(ctx, math.MaxInt, func() error {
+		if _, err := tx.Exec(ctx, `SAVEPOINT table_lock`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+		if busy(err) {
+			if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT table_lock`); rerr != nil {
+				return rerr
+			}
+		}
+		return err
+	})
+}
+
+// inDropTx runs fn in a transaction holding partitionLock, exclusive
+// against every node's Purge batch (which takes it shared): no batch
+// removes a row of the day between a drop's counts and its detach, so
+// nothing is counted twice.
+func (s *Store) inDropTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Exclusive against every node's Purge batch (which takes it
-		// shared): no batch removes a row of the day between its counts
-		// here and its drop, so nothing is counted twice.
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
 			return err
 		}
-		// Listed before the lock: another node may have detached it since.
-		for _, t := range []string{ev, dl, at} {
-			var attached bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1))`, t).Scan(&attached); err != nil {
+		return fn(tx)
+	})
+}
+
+// detachDay detaches partition from table, still attached as listed
+// (another node may have detached it since), after fn if given, under the
+// table's lock.
+func (s *Store) detachDay(ctx context.Context, table, partition string, fn func(tx pgx.Tx) error) error {
+	return s.inDropTx(ctx, func(tx pgx.Tx) error {
+		if err := stillAttached(ctx, tx, partition); err != nil {
+			return err
+		}
+		if err := lockTable(ctx, tx, table); err != nil {
+			return err
+		}
+		if fn != nil {
+			if err := fn(tx); err != nil {
 				return err
 			}
-			if !attached {
-				return errKept
-			}
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, table, partition))
+		return err
+	})
+}
+
+func stillAttached(ctx context.Context, tx pgx.Tx, partition string) error {
+	var attached bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1))`, partition).Scan(&attached); err != nil {
+		return err
+	}
+	if !attached {
+		return errKept
+	}
+	return nil
+}
+
+// dropDayDeliveries is a day's first step: unless its deliveries hold
+// pending work or its events one created at or after cutoff, it adds them
+// to the counts and detaches them. The scans (the counts) run before the
+// lock, which stops every read and write of deliveries, so it is held only
+// for the checks by index and the detach. A replay cannot make a delivery
+// pending behind the check, which runs again under the lock; one that
+// both made a delivery of the day pending and finished it in the moments
+// between the counts and the lock would leave the counts with its state
+// before. Deliveries of its events written in a later day (a batch
+// spanning midnight) go with it.
+func (s *Store) dropDayDeliveries(ctx context.Context, day dayTables, cutoff time.Time) error {
+	ev, dl := day.ev.name, day.dl.name
+	elo, ehi, dhi := day.ev.lo, day.ev.hi, day.dl.hi
+	return s.inDropTx(ctx, func(tx pgx.Tx) error {
+		if err := stillAttached(ctx, tx, dl); err != nil {
+			return err
 		}
 		keeps := func() error {
 			var kept bool
@@ -446,49 +562,19 @@ func (s *Store) dropDayTx(ctx context.Context, ev, dl, at, elo, ehi, dhi string,
 		if err := keeps(); err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
-		b.Queue(`SELECT count(*) FROM ` + ev)
-		b.Queue(countsSQL(dl))
-		b.Queue(fmt.Sprintf(`DELETE FROM event_keys k USING %s e
-			WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ev))
-		br := tx.SendBatch(ctx, b)
-		if err := br.QueryRow().Scan(removed); err != nil {
-			br.Close()
+		if _, err := tx.Exec(ctx, countsSQL(dl)); err != nil {
 			return err
 		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-
-		if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
-			return err
-		}
-		// Dropping a partition takes its parent's ACCESS EXCLUSIVE lock
-		// anyway: taken first, in one statement, it is held for the checks
-		// by index and the drop, and no other lock is awaited meanwhile.
-		// Busy, it is tried again behind a savepoint, so the scans above
-		// are not made again, until ctx ends.
-		if err := retryBusy(ctx, math.MaxInt, func() error {
-			if _, err := tx.Exec(ctx, `SAVEPOINT day_lock`); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `LOCK TABLE events, deliveries, attempts IN ACCESS EXCLUSIVE MODE`)
-			if busy(err) {
-				if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT day_lock`); rerr != nil {
-					return rerr
-				}
-			}
-			return err
-		}); err != nil {
+		if err := lockTable(ctx, tx, "deliveries"); err != nil {
 			return err
 		}
 		if err := keeps(); err != nil {
 			return err
 		}
-		// Its events' deliveries in later days, locked: one a replay made
-		// pending keeps the day.
+		// Its events' deliveries in later days: one a replay made pending
+		// keeps the day.
 		later := `FROM deliveries WHERE id >= $1 AND event_id >= $2 AND event_id < $3`
-		rows, _ := tx.Query(ctx, `SELECT state `+later+` FOR UPDATE`, dhi, elo, ehi)
+		rows, _ := tx.Query(ctx, `SELECT state `+later, dhi, elo, ehi)
 		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return err
@@ -498,18 +584,16 @@ func (s *Store) dropDayTx(ctx context.Context, ev, dl, at, elo, ehi, dhi string,
 				return errKept
 			}
 		}
-		b = &pgx.Batch{}
+		b := &pgx.Batch{}
 		if len(states) > 0 {
 			of := `(SELECT * ` + later + `)`
 			b.Queue(countsSQL(of), dhi, elo, ehi)
 			b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id `+later+`)`, dhi, elo, ehi)
 			b.Queue(`DELETE `+later, dhi, elo, ehi)
 		}
-		// Detached under the lock (a catalog change); their files are
-		// removed after it, by dropDetached.
-		for _, p := range [][2]string{{"events", ev}, {"deliveries", dl}, {"attempts", at}} {
-			b.Queue(fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, p[0], p[1]))
-		}
+		// Detached under the lock (a catalog change); its file is removed
+		// with the rest of the day's, by dropDetached.
+		b.Queue(fmt.Sprintf(`ALTER TABLE deliveries DETACH PARTITION %s`, dl))
 		return tx.SendBatch(ctx, b).Close()
 	})
 }

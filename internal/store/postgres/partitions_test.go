@@ -187,6 +187,34 @@ func TestRetentionDropsWholeDays(t *testing.T) {
 		t.Errorf("the key of a dropped event still answers %s", again[0].EventID)
 	}
 
+	// A day whose drop stopped after its deliveries (a crash between its
+	// steps) goes at the next pass: its attempts and events too, nothing
+	// of it counted twice.
+	cut := next.Add(3 * 24 * time.Hour)
+	cutRes := insert(t, s, eventAt(cut.Add(time.Hour), 0, "", a))
+	cutD := cutRes[0].Deliveries[0]
+	if err := s.DeliveryRecordResults(ctx, []store.AttemptResult{{Attempt: core.Attempt{DeliveryID: cutD.ID, N: 1,
+		StartedAt: cutD.CreatedAt, StatusCode: 200}, State: core.DeliveryDelivered, Now: cutD.CreatedAt}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.dropDayDeliveries(ctx, dayTables{ev: partition{name: "events" + dayName(cut), lo: core.IDFloor("evt", cut),
+		hi: core.IDFloor("evt", cut.Add(24*time.Hour))}, dl: partition{name: "deliveries" + dayName(cut), hi: core.IDFloor("dlv", cut.Add(24*time.Hour))}},
+		cut.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	countsBefore := dailyDelivered(t, s, a.ID)
+	if _, err := s.Purge(ctx, cut.Add(24*time.Hour), store.PurgeCursor{}, 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"events", "deliveries", "attempts"} {
+		if exists(t, s, table+dayName(cut)) {
+			t.Errorf("%s of a day whose drop stopped after its deliveries is still there after a pass", table+dayName(cut))
+		}
+	}
+	if got := dailyDelivered(t, s, a.ID); got != countsBefore {
+		t.Errorf("the day's deliveries were counted again finishing its drop: %d delivered, was %d", got, countsBefore)
+	}
+
 	// A day a crash left detached (between the drop's two steps) goes at
 	// the next pass; its parent no longer reads it.
 	gone := next.Add(4 * 24 * time.Hour)
@@ -354,11 +382,11 @@ func TestADroppedDayIsMadeAgain(t *testing.T) {
 // behind it for another: PostgreSQL broke those deadlocks by failing a
 // refill (37 in 40 s of this load before ddlLockTimeout), and a result
 // write then failed on a prepared statement the failure left unknown; the
-// writers stalled meanwhile (about 100 writes in 10 s, against 3,000). The
-// load runs for 10 s beside the passes; every day's events are gone at the
-// end, whole or by the batches, and nothing is left without its event or
-// delivery. (Under this load a drop seldom gets the three tables' lock
-// while the writers run: it gives way, and goes once they stop.)
+// writers stalled meanwhile (about 100 writes in 10 s, against 3,000).
+// Locking the three tables at once, a drop that gave way instead seldom
+// had them while the writers ran (0 or 1 of 3 days in a minute). The load
+// runs until the passes end: each day goes whole beside it, and nothing
+// is left without its event or delivery.
 func TestDroppingDaysBesideWritersFailsNone(t *testing.T) {
 	s, _, day := daysAhead(t)
 	ctx := t.Context()
@@ -384,7 +412,7 @@ func TestDroppingDaysBesideWritersFailsNone(t *testing.T) {
 		}
 	}
 
-	loadEnds := time.Now().Add(10 * time.Second)
+	loadEnds := time.Now().Add(time.Minute) // a bound: the passes end the load
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -464,9 +492,14 @@ func TestDroppingDaysBesideWritersFailsNone(t *testing.T) {
 			cur = res.Next
 		}
 	}
+	beside := going()
 	close(stop)
 	wg.Wait()
 	t.Logf("%d of %d days dropped whole; %d writes and %d refills beside", whole, days, writes, refills)
+	if !beside || whole != days || writes == 0 {
+		t.Errorf("%d of %d days dropped whole beside %d writes, all before the load's bound: %v; want every day, beside writes",
+			whole, days, writes, beside)
+	}
 	if len(failed) > 0 {
 		t.Errorf("%d writers failed beside the drops, the first: %v", len(failed), failed[:min(5, len(failed))])
 	}
@@ -477,4 +510,14 @@ func TestDroppingDaysBesideWritersFailsNone(t *testing.T) {
 	if n := orphans(t, s.pool); n != 0 {
 		t.Errorf("%d deliveries or attempts are left without their event or delivery", n)
 	}
+}
+
+// dailyDelivered is what the daily counts hold as delivered for a subscription.
+func dailyDelivered(t *testing.T, s *Store, subID string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT coalesce(sum(delivered), 0) FROM daily_counts WHERE subscription_id = $1`, subID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
