@@ -196,6 +196,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 			h.outcomes = window{} // a fresh start: old failures do not reopen it
 			h.ramp.start(now)
 			h.catchUp()
+			d.keepHostRampAsync(h, now)
 			if h.cause == byEndpoints {
 				h.settleEndpoints(l, wasFailing, now)
 			}
@@ -229,7 +230,7 @@ func (d *Dispatcher) observeLocked(a attemptArgs, out send.Outcome, now time.Tim
 				l.outcomes = window{}
 				l.ramp.start(now)
 				l.catchUp()
-				d.keepRampAsync(l.subID, now, max(l.before, rampMinBase))
+				d.keepRampAsync(keptRamp{subID: l.subID, at: now, base: max(l.before, rampMinBase)})
 			}
 		case l.breaker.state == closed && failed && l.outcomes.tripping(now, failures):
 			l.noteRate(now)
@@ -407,22 +408,48 @@ func (d *Dispatcher) disableAsync(subID, reason string) {
 	}()
 }
 
+// keptRamp is a ramp's start and base, for its subscription.
+type keptRamp struct {
+	subID string
+	at    time.Time
+	base  float64
+}
+
 // keepRampAsync writes a ramp's start and base with its subscription, for a
 // node that takes the shard over (or this one, restarted) to go on with
 // it: in memory alone, a new owner sent a recovering endpoint's backlog at
 // 1,000-3,800 a second where its ramp had it at 1-3. A failed write costs
 // only that.
-func (d *Dispatcher) keepRampAsync(subID string, at time.Time, base float64) {
+func (d *Dispatcher) keepRampAsync(ramps ...keptRamp) {
 	d.async.Add(1)
 	go func() {
 		defer d.async.Done()
-		began := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := d.cfg.Store.SubscriptionRampSet(ctx, subID, at, base); err != nil {
-			d.report("keeping a recovery ramp", began, err, "subscription", subID)
+		for _, r := range ramps {
+			began := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := d.cfg.Store.SubscriptionRampSet(ctx, r.subID, r.at, r.base)
+			cancel()
+			if err != nil {
+				d.report("keeping a recovery ramp", began, err, "subscription", r.subID)
+			}
 		}
 	}()
+}
+
+// keepHostRampAsync keeps the ramp of a host whose circuit closed as a ramp
+// of each of its endpoints, which is what a node taking the host over (or
+// this one, restarted) takes up: the host's own was in memory only, and a
+// restart into it sent an outside run's whole backlog of 10,303 in 3 s.
+// Their ramps admit what the host's does, a share of each one's rate
+// before and of its share of the cap.
+func (d *Dispatcher) keepHostRampAsync(h *host, now time.Time) {
+	ramps := make([]keptRamp, 0, len(h.lanes))
+	for id, l := range h.lanes {
+		ramps = append(ramps, keptRamp{subID: id, at: now, base: max(l.before, rampMinBase)})
+	}
+	if len(ramps) > 0 {
+		d.keepRampAsync(ramps...)
+	}
 }
 
 // goOnRamp takes up a ramp another node (or this one before a restart)
