@@ -109,6 +109,12 @@ func (w *window) lookback(now time.Time) (tally, bool) {
 	if t := w.sum(now, breakerWindow); t.n >= breakerMinVolume {
 		return t, true
 	}
+	return w.lastFew(now)
+}
+
+// lastFew totals the last breakerMinVolume outcomes, if there are as many
+// within breakerLookback.
+func (w *window) lastFew(now time.Time) (tally, bool) {
 	if w.seen < len(w.recent) || now.UnixNano()-w.recent[w.next].at > int64(breakerLookback) {
 		return tally{}, false
 	}
@@ -134,9 +140,17 @@ func (w *window) last() (mark, bool) {
 
 // tripping: at least breakerFailRatio of what lookback judges, counted by
 // of (failures, or failed connections), went wrong.
+//
+// Or the last breakerMinVolume all went wrong, whatever the minute held:
+// an endpoint taking 20 a second that began answering 500 had a minute of
+// successes to outweigh, and its retries on top of new events doubled
+// what it was sent for 18 s (595 attempts) before the ratio tripped it.
 func (w *window) tripping(now time.Time, of func(tally) uint32) bool {
-	t, ok := w.lookback(now)
-	return ok && float64(of(t)) >= breakerFailRatio*float64(t.n)
+	if t, ok := w.lookback(now); ok && float64(of(t)) >= breakerFailRatio*float64(t.n) {
+		return true
+	}
+	t, ok := w.lastFew(now)
+	return ok && of(t) == t.n
 }
 
 func failures(t tally) uint32    { return t.fail }

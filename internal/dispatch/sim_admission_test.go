@@ -791,3 +791,32 @@ func TestSimChaosFleetLeavesNothingStuck(t *testing.T) {
 		}
 	})
 }
+
+// An endpoint taking 20 a second begins answering 500. Its breaker judged
+// the minute, which a minute of successes outweighed: its retries came on
+// top of new events and it was sent twice its rate for 18 s (an outside
+// run: 595 attempts) before its circuit opened. Twenty failures in a row
+// open it now, whatever the minute held.
+func TestSimAnEndpointThatBeginsFailingIsNotSentMore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		failAt := time.Now().Add(2 * time.Minute)
+		ep, _ := s.endpoint("turns", downBetween(failAt, failAt.Add(time.Hour), reply{status: 500, latency: 5 * time.Millisecond}))
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.turns", 50*time.Millisecond, 3*time.Minute)
+		wg.Wait()
+		s.stop()
+		n := 0
+		for _, a := range ep.snapshot() {
+			if !a.start.Before(failAt) && a.start.Before(failAt.Add(20*time.Second)) {
+				n++
+			}
+		}
+		t.Logf("%d attempts in the 20 s after it began failing (20 a second before)", n)
+		// What it took before for a second and a half, and a probe.
+		if n > 31 {
+			t.Errorf("%d attempts in the 20 s after the endpoint began failing: its circuit did not open within its first failures", n)
+		}
+	})
+}
