@@ -437,6 +437,16 @@ func (r *ramp) factor(now time.Time, healthy bool) float64 {
 	return r.level
 }
 
+// endsAt is when the ramp reaches full at its full pace, as of its last
+// look (zero with no ramp).
+func (r *ramp) endsAt(now time.Time) time.Time {
+	if r.level == 0 {
+		return time.Time{}
+	}
+	left := time.Duration((1 - r.level) / (1 - rampStart) * float64(rampDuration))
+	return maxTime(r.last, now).Add(left)
+}
+
 // staleAt is when a ramp nobody has looked at (its owner idle) is
 // forgotten; zero with no ramp.
 func (r *ramp) staleAt() time.Time {

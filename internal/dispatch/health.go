@@ -88,6 +88,12 @@ type Health struct {
 	// Minutes are this node's attempts of the last hour, a minute each,
 	// oldest first; nil when it made none.
 	Minutes []Minute
+	// Recovering is set while the endpoint (or its host) ramps up after
+	// its circuit closed, or catches up its backlog after the ramp: its
+	// work goes, but paced. RampEndsAt is when the ramp reaches full at
+	// the latest pace (zero in the catch-up, which ends with the backlog).
+	Recovering bool
+	RampEndsAt time.Time
 }
 
 // Minute counts one minute's attempts.
@@ -120,6 +126,8 @@ func (d *Dispatcher) Health(hostName, subID string) Health {
 			if l.pauseUntil.After(paused) {
 				paused = l.pauseUntil
 			}
+			hl.Recovering = l.ramp.level != 0 || h.ramp.level != 0 || l.catchingUp
+			hl.RampEndsAt = maxTime(l.ramp.endsAt(now), h.ramp.endsAt(now))
 		}
 		if paused.After(now) {
 			hl.PausedUntil = paused

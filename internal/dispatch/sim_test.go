@@ -1368,9 +1368,18 @@ func rampAfterARestart(t *testing.T, down reply) {
 			t.Fatal("the endpoint's circuit never closed")
 		}
 		time.Sleep(time.Until(closedAt.Add(time.Minute)))
+		recovering := func(when string) {
+			h := s.d.Health(sub.Host, sub.ID)
+			if !h.Recovering || !h.RampEndsAt.After(time.Now()) || h.RampEndsAt.After(closedAt.Add(rampDuration*rampSlow)) {
+				t.Errorf("%s: health says recovering %v, ramp ending at %v (closed at %v): want recovering, within the ramp", when,
+					h.Recovering, h.RampEndsAt, closedAt)
+			}
+		}
+		recovering("a minute into the ramp")
 		restartAt := time.Now()
 		s.restart()
 		time.Sleep(2 * time.Minute)
+		recovering("two minutes after the restart")
 		perSec := map[int64]int{}
 		for _, a := range ep.snapshot() {
 			if a.class == send.Delivered && !a.start.Before(restartAt) {

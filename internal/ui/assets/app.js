@@ -160,6 +160,7 @@ function holdWords(h) {
     case 'endpoint_circuit': return h.held_until ? 'its circuit breaker holds it after repeated failures' + until : 'a probe is checking whether it recovered';
     case 'host_circuit': return h.held_until ? 'its host cannot be reached; hookd probes it before sending more' + until : 'a probe is checking whether its host recovered';
     case 'retry_after': return 'it asked hookd to wait (Retry-After)' + until;
+    case 'recovery_ramp': return 'it is recovering: hookd sends its backlog gradually, so as not to overwhelm it' + until;
   }
   return '';
 }
