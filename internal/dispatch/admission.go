@@ -14,10 +14,15 @@ const (
 	// breakerLookback is how far the window widens, to the last
 	// breakerMinVolume attempts, when attempts are too slow to reach the
 	// volume in a minute: a hanging endpoint held to one slot makes six.
-	breakerLookback    = 10 * time.Minute
-	breakerFailRatio   = 0.5
-	breakerFirstOpen   = 30 * time.Second
-	breakerMaxOpen     = 30 * time.Minute
+	breakerLookback  = 10 * time.Minute
+	breakerFailRatio = 0.5
+	breakerFirstOpen = 30 * time.Second
+	breakerMaxOpen   = 30 * time.Minute
+	// hostMaxOpen is a host circuit's longest open period: its probe is one
+	// request for the whole host, most often a refused connection, which
+	// costs the host nothing; doubling to 30 min, a host back after a
+	// 9-minute outage waited 7.5 more for its probe.
+	hostMaxOpen        = 2 * time.Minute
 	hostMinFailing     = 3           // endpoints failing at once before it is the host's failure
 	activeWindow       = time.Minute // an endpoint that sent this recently shares its host's cap
 	useDecay           = time.Minute // how long a lane's holding of slots weighs on its turn (usage)
@@ -164,6 +169,7 @@ type breaker struct {
 	state   circuit
 	retryAt time.Time     // when an open breaker lets a probe through
 	backoff time.Duration // the last open period (before jitter)
+	maxOpen time.Duration // the longest open period; 0: breakerMaxOpen
 	probing bool          // the half-open probe is in flight
 }
 
@@ -206,12 +212,17 @@ func (b *breaker) probed(now time.Time, success bool) bool {
 // endpoint's probe whose connection failed); another may go.
 func (b *breaker) abandon() { b.probing = false }
 
-// trip opens the breaker for 30 s, doubling on each failed probe to 30 min, jittered.
+// trip opens the breaker for 30 s, doubling on each failed probe to 30 min
+// (or its maxOpen), jittered.
 func (b *breaker) trip(now time.Time) {
+	longest := breakerMaxOpen
+	if b.maxOpen > 0 {
+		longest = b.maxOpen
+	}
 	if b.backoff == 0 {
 		b.backoff = breakerFirstOpen
 	} else {
-		b.backoff = min(2*b.backoff, breakerMaxOpen)
+		b.backoff = min(2*b.backoff, longest)
 	}
 	b.state, b.probing = open, false
 	b.retryAt = now.Add(core.Jitter(b.backoff))

@@ -138,7 +138,7 @@ type lane struct {
 func (d *Dispatcher) laneLocked(hostName, subID string) (*host, *lane) {
 	h := d.hosts[hostName]
 	if h == nil {
-		h = &host{name: hostName, shard: core.ShardOf(hostName), lanes: map[string]*lane{}}
+		h = &host{name: hostName, shard: core.ShardOf(hostName), lanes: map[string]*lane{}, breaker: breaker{maxOpen: hostMaxOpen}}
 		d.hosts[hostName] = h
 	}
 	l := h.lanes[subID]

@@ -820,3 +820,32 @@ func TestSimAnEndpointThatBeginsFailingIsNotSentMore(t *testing.T) {
 		}
 	})
 }
+
+// A host refusing connections for nine minutes is back: its probe comes
+// within a host circuit's longest open period. Doubling to an endpoint
+// breaker's 30 min, an outside run's host waited 7.5 minutes more after a
+// 9-minute outage (204 s after a 5-minute one) for its probe, its backlog
+// with it.
+func TestSimAHostBackFromAnOutageIsProbedSoon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		upAt := time.Now().Add(9 * time.Minute)
+		ep, _ := s.endpoint("gone", downBetween(time.Now(), upAt, reply{refused: true}))
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.gone", time.Second, 20*time.Minute)
+		wg.Wait()
+		s.stop()
+		var first time.Time
+		for _, a := range ep.snapshot() {
+			if a.class == send.Delivered && (first.IsZero() || a.start.Before(first)) {
+				first = a.start
+			}
+		}
+		t.Logf("first delivery %v after the host came back", first.Sub(upAt))
+		// Two minutes and their jitter.
+		if first.IsZero() || first.Sub(upAt) > 145*time.Second {
+			t.Errorf("first delivery %v after the host came back, want within 2 min 25 s", first.Sub(upAt))
+		}
+	})
+}
