@@ -299,7 +299,9 @@ func (s *Store) dropDays(ctx context.Context, cutoff time.Time) (int, error) {
 		}
 		for name, ev := range byName {
 			day, ok := strings.CutPrefix(name, "events_p")
-			if !ok || ev.lo == "" || ev.end.IsZero() || ev.end.After(cutoff) {
+			// A drop cut short is finished whatever the cutoff (a longer
+			// window since, another node's): its deliveries are gone.
+			if !ok || ev.lo == "" || ev.end.IsZero() || ev.end.After(cutoff) && !detached["deliveries_p"+day] {
 				continue
 			}
 			// The first day after a legacy partition may lack a table
@@ -432,21 +434,27 @@ func (s *Store) dropDay(ctx context.Context, day dayTables, cutoff time.Time) (i
 		err = s.dropDayDeliveries(ctx, day, cutoff)
 	}
 	if err == nil && day.atAttached {
-		err = s.detachDay(ctx, "attempts", day.at.name, nil)
+		err = s.detachDay(ctx, "attempts", day.at.name, nil, nil)
 	}
 	removed := 0
 	if err == nil {
-		err = s.detachDay(ctx, "events", day.ev.name, func(tx pgx.Tx) error {
-			// Under the lock: a writer using an old key waits on these rows
-			// while holding events, so taken before it they would wait on
-			// each other.
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+day.ev.name).Scan(&removed); err != nil {
-				return err
-			}
+		// The day's idempotency keys go first, committed: held while the
+		// drop waits for events' lock, a writer reusing an old key would
+		// wait on them holding events. Each is its own event's (a key
+		// given again since is another event's, and stays).
+		err = s.inDropTx(ctx, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM event_keys k USING %s e
-				WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, day.ev.name))
+				WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key
+				AND k.event_id = e.id`, day.ev.name))
 			return err
 		})
+	}
+	if err == nil {
+		// Counted before the lock, which stops every ingest: nothing is
+		// written to a past day, and the batches are kept out.
+		err = s.detachDay(ctx, "events", day.ev.name, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM `+day.ev.name).Scan(&removed)
+		}, nil)
 	}
 	if err == nil {
 		// The day is gone from the tables; a failure to remove its files
@@ -464,7 +472,9 @@ func (s *Store) dropDay(ctx context.Context, day dayTables, cutoff time.Time) (i
 
 // lockTable takes table's ACCESS EXCLUSIVE lock (which a detach needs)
 // in tx, each wait bounded by ddlLockTimeout, trying again behind a
-// savepoint (so what tx did before stands) until ctx ends.
+// savepoint (so what tx did before stands) until ctx ends. A deliveries
+// day's detach also locks subscriptions (SHARE ROW EXCLUSIVE, for its
+// foreign key), taken here with it so that its wait is retried too.
 func lockTable(ctx context.Context, tx pgx.Tx, table string) error {
 	if _, err := tx.Exec(ctx, ddlLockTimeout); err != nil {
 		return err
@@ -474,6 +484,9 @@ func lockTable(ctx context.Context, tx pgx.Tx, table string) error {
 			return err
 		}
 		_, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+		if err == nil && table == "deliveries" {
+			_, err = tx.Exec(ctx, `LOCK TABLE subscriptions IN SHARE ROW EXCLUSIVE MODE`)
+		}
 		if busy(err) {
 			if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT table_lock`); rerr != nil {
 				return rerr
@@ -500,18 +513,23 @@ func (s *Store) inDropTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // detachDay detaches partition from table, still attached as listed
-// (another node may have detached it since), after fn if given, under the
-// table's lock.
-func (s *Store) detachDay(ctx context.Context, table, partition string, fn func(tx pgx.Tx) error) error {
+// (another node may have detached it since), under the table's lock:
+// before runs ahead of the lock, under runs holding it (either nil).
+func (s *Store) detachDay(ctx context.Context, table, partition string, before, under func(tx pgx.Tx) error) error {
 	return s.inDropTx(ctx, func(tx pgx.Tx) error {
 		if err := stillAttached(ctx, tx, partition); err != nil {
 			return err
 		}
+		if before != nil {
+			if err := before(tx); err != nil {
+				return err
+			}
+		}
 		if err := lockTable(ctx, tx, table); err != nil {
 			return err
 		}
-		if fn != nil {
-			if err := fn(tx); err != nil {
+		if under != nil {
+			if err := under(tx); err != nil {
 				return err
 			}
 		}
@@ -537,10 +555,12 @@ func stillAttached(ctx context.Context, tx pgx.Tx, partition string) error {
 // lock, which stops every read and write of deliveries, so it is held only
 // for the checks by index and the detach. A replay cannot make a delivery
 // pending behind the check, which runs again under the lock; one that
-// both made a delivery of the day pending and finished it in the moments
-// between the counts and the lock would leave the counts with its state
-// before. Deliveries of its events written in a later day (a batch
-// spanning midnight) go with it.
+// both made a delivery of the day pending and finished it between the
+// counts and the lock (moments, or up to dropBudget while writers keep
+// the lock from it) would leave the counts with its state before (a
+// replay of a delivery past the window, finished within those seconds).
+// Deliveries of its events written in a later day (a batch spanning
+// midnight) go with it.
 func (s *Store) dropDayDeliveries(ctx context.Context, day dayTables, cutoff time.Time) error {
 	ev, dl := day.ev.name, day.dl.name
 	elo, ehi, dhi := day.ev.lo, day.ev.hi, day.dl.hi

@@ -188,8 +188,8 @@ func TestRetentionDropsWholeDays(t *testing.T) {
 	}
 
 	// A day whose drop stopped after its deliveries (a crash between its
-	// steps) goes at the next pass: its attempts and events too, nothing
-	// of it counted twice.
+	// steps) goes at the next pass, even one with a longer window: its
+	// attempts and events too, nothing of it counted twice.
 	cut := next.Add(3 * 24 * time.Hour)
 	cutRes := insert(t, s, eventAt(cut.Add(time.Hour), 0, "", a))
 	cutD := cutRes[0].Deliveries[0]
@@ -203,7 +203,7 @@ func TestRetentionDropsWholeDays(t *testing.T) {
 		t.Fatal(err)
 	}
 	countsBefore := dailyDelivered(t, s, a.ID)
-	if _, err := s.Purge(ctx, cut.Add(24*time.Hour), store.PurgeCursor{}, 100); err != nil {
+	if _, err := s.Purge(ctx, cut, store.PurgeCursor{}, 100); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []string{"events", "deliveries", "attempts"} {

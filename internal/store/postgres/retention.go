@@ -87,7 +87,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, after store.PurgeCu
 		b.Queue(`DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE event_id = ANY($1))`, ids)
 		b.Queue(`DELETE FROM deliveries WHERE event_id = ANY($1)`, ids)
 		b.Queue(`DELETE FROM event_keys k USING events e WHERE e.id = ANY($1) AND e.idempotency_key <> ''
-			AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key`, ids)
+			AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key AND k.event_id = e.id`, ids)
 		b.Queue(`DELETE FROM events WHERE id = ANY($1)`, ids)
 		return tx.SendBatch(ctx, b).Close()
 	})
