@@ -210,15 +210,29 @@ func fieldOf(p jsontext.Pointer) (field, where string) {
 		case field == "":
 			field = tok
 			if opaque[tok] && p != "/"+jsontext.Pointer(tok) {
-				return field, " at " + string(p)
+				return field, at(p)
 			}
 		case isIndex(tok):
 			field += "[" + tok + "]"
 		default:
-			return field, " at " + string(p)
+			return field, at(p)
 		}
 	}
 	return field, ""
+}
+
+// maxPointer bounds the JSON pointer a message quotes: one into a payload
+// nested 10,000 deep made a 20 KB error message.
+const maxPointer = 200
+
+// at is " at <pointer>" for a message, a long pointer cut in the middle
+// (its start names the field, its end the place).
+func at(p jsontext.Pointer) string {
+	s := string(p)
+	if len(s) > maxPointer {
+		s = strings.ToValidUTF8(s[:maxPointer/2], "") + "/…" + strings.ToValidUTF8(s[len(s)-maxPointer/2:], "")
+	}
+	return " at " + s
 }
 
 func isIndex(tok string) bool {

@@ -238,6 +238,14 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		!strings.Contains(fmt.Sprint(out), "out of range") {
 		t.Errorf("max_concurrency 2^63: %d %v", st, out)
 	}
+	// A payload nested past the decoder's bound names the place in a
+	// message of bounded size: the whole pointer made one of 20 KB.
+	deep := `{"type":"a.b","payload":` + strings.Repeat(`{"a":`, 10001) + `1` + strings.Repeat(`}`, 10001) + `}`
+	if st, out := e.admin.Do("POST", "/v1/events", deep); st != 400 || errField(out) != "payload" {
+		t.Errorf("a payload nested 10,001 deep: %d %v", st, errField(out))
+	} else if msg, _ := out["error"].(map[string]any)["message"].(string); len(msg) > 400 || !strings.Contains(msg, "at /payload/") {
+		t.Errorf("a payload nested 10,001 deep: a message of %d bytes (%.120q…), want under 400 naming where", len(msg), msg)
+	}
 	// A call that takes no body still takes {}.
 	e.admin.Must(200, "POST", "/v1/subscriptions/"+sub+"/rotate-secret", map[string]any{})
 }
