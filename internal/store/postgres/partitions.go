@@ -443,6 +443,9 @@ func (s *Store) dropDay(ctx context.Context, day dayTables, cutoff time.Time) (i
 		// wait on them holding events. Each is its own event's (a key
 		// given again since is another event's, and stays).
 		err = s.inDropTx(ctx, func(tx pgx.Tx) error {
+			if err := stillAttached(ctx, tx, day.ev.name); err != nil {
+				return err // another node's pass dropped it meanwhile
+			}
 			_, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM event_keys k USING %s e
 				WHERE e.idempotency_key <> '' AND k.tenant_id = e.tenant_id AND k.idempotency_key = e.idempotency_key
 				AND k.event_id = e.id`, day.ev.name))
