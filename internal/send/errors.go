@@ -75,6 +75,10 @@ func classifyErr(parent, attempt context.Context, err error, timeout time.Durati
 		return Retry, "connection closed before an answer", !connected
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return Retry, short("timeout: " + innermost(err).Error()), !connected
+	case strings.Contains(err.Error(), "server response headers exceeded"):
+		// net/http aborts the answer before its status is read: say what
+		// the endpoint did, not the transport's words for it.
+		return Retry, "the answer's headers exceeded 64 KiB (its status was not read)", false
 	}
 	return Retry, short(innermost(err).Error()), !connected
 }

@@ -553,3 +553,19 @@ func TestTricklingBodyIsCutShort(t *testing.T) {
 		}
 	}
 }
+
+// An answer whose headers pass the 64 KiB bound is aborted before its
+// status is read: the attempt says so, where it gave net/http's words
+// ("HTTP/1.x transport connection broken: …"), and retries.
+func TestHeadersPastTheBoundAreNamed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		w.Header().Set("X-Big", strings.Repeat("x", 70<<10))
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	out := New(Config{Guard: NewGuard(loopback)}).Send(context.Background(), testSub(srv.URL), testJob(), time.Now())
+	if out.Class != Retry || out.Err != "the answer's headers exceeded 64 KiB (its status was not read)" || out.Conn {
+		t.Fatalf("outcome = %+v, want retry naming the headers' size, not a connection failure", out)
+	}
+}
