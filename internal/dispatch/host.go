@@ -171,7 +171,16 @@ func (l *lane) active(now time.Time) bool {
 	if l.held(now) {
 		return false
 	}
-	return l.queued() > 0 || (!l.lastStart.IsZero() && now.Sub(l.lastStart) < activeWindow)
+	return l.queued() > 0 || l.storeHolds(now) || (!l.lastStart.IsZero() && now.Sub(l.lastStart) < activeWindow)
+}
+
+// storeHolds: the store holds work due now for the lane that is not in
+// memory yet (being read, or to be). Such a lane has work as much as one
+// with a queue: after a restart every lane's backlog is read back one lane
+// at a time, and counting only the lanes read so far, the first hanging
+// one, alone on its host, took 9 of its 10 slots and the next the last.
+func (l *lane) storeHolds(now time.Time) bool {
+	return l.refilling || (!l.storeDue.IsZero() && !l.storeDue.After(now))
 }
 
 // held: the endpoint's own Retry-After or open circuit stops it now.
@@ -516,9 +525,16 @@ func (d *Dispatcher) claimLocked(h *host, sh share, hostCap int, now time.Time) 
 }
 
 // of is how many attempts l may hold now: its floor, or its ceiling when
-// starting one more leaves the others' claims free.
+// starting one more leaves the others' claims free, and, for l not known
+// quick, the next endpoint's slot too (see reserved): lent past their
+// floors, four hanging paths' backlogs read back after a restart held 3,
+// 2, 3 and 2 of 10, and the quick paths waited 9 s for their timeouts.
 func (sh share) of(l *lane, h *host, hostCap int) int {
-	if l.inflight >= sh.floor && hostCap-h.inflight-1 >= sh.claimed {
+	spare := 0
+	if hostCap >= spareMinCap && !h.quick(l) {
+		spare = 1
+	}
+	if l.inflight >= sh.floor && hostCap-h.inflight-1-spare >= sh.claimed {
 		return sh.ceil
 	}
 	return sh.floor

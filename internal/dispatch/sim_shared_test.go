@@ -1114,3 +1114,72 @@ func TestSimFixedURLOnTheSameHostSendsWhenDue(t *testing.T) {
 		}
 	})
 }
+
+// Several hanging paths of one host have backlogs at a restart, beside
+// quick ones that have none. The node read the backlogs back a lane at
+// a time, and counted only the lanes read so far: the first hanging one,
+// alone on the host, took 9 of the 10 slots and the next the last, so the
+// quick paths waited for the hangs' timeouts (an outside run: no request
+// to five quick paths for 10 s after a kill -9, then 275 at once). The
+// lanes the store holds due work for share the cap from the start, and
+// what is lent past their floors leaves the next endpoint's slot (each
+// alone fails this test).
+func TestSimHangingPathsBacklogsAfterARestartShareTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		var hsubs, qsubs []core.Subscription
+		var quick, hung []*endpoint
+		for i := range 4 {
+			ep, sub := s.path(gateway, fmt.Sprintf("hang%d", i), fmt.Sprintf("sim.hang%d", i), hang)
+			hsubs, hung = append(hsubs, sub), append(hung, ep)
+		}
+		for i := range 3 {
+			ep, sub := s.path(gateway, fmt.Sprintf("quick%d", i), fmt.Sprintf("sim.quick%d", i), ok(10*time.Millisecond))
+			quick, qsubs = append(quick, ep), append(qsubs, sub)
+		}
+		s.start()
+		var wg sync.WaitGroup
+		phase := func() {
+			for _, sub := range hsubs {
+				s.traffic(&wg, sub.EventTypes[0], time.Second, 30*time.Second)
+			}
+			for _, sub := range qsubs {
+				s.traffic(&wg, sub.EventTypes[0], 500*time.Millisecond, 30*time.Second)
+			}
+			wg.Wait()
+		}
+		phase()
+		for _, ep := range hung {
+			ep.mu.Lock()
+			ep.peak = 0
+			ep.mu.Unlock()
+		}
+		s.restart()
+		restartAt := time.Now()
+		time.Sleep(time.Second) // the backlogs are read back; the next events come after
+		phase()
+		for i, ep := range hung {
+			ep.mu.Lock()
+			t.Logf("hang%d: up to %d at once", i, ep.peak)
+			ep.mu.Unlock()
+		}
+		time.Sleep(10 * time.Second) // the last deliveries land
+		var lags []time.Duration
+		for _, ep := range quick {
+			for _, a := range ep.snapshot() {
+				if a.class == send.Delivered && a.start.After(restartAt) {
+					lags = append(lags, a.end.Sub(s.created(a.eventID)))
+				}
+			}
+		}
+		slices.Sort(lags)
+		s.stop()
+		if len(lags) < 3*59 {
+			t.Fatalf("the quick paths got %d of their %d events after the restart", len(lags), 3*59)
+		}
+		t.Logf("quick paths' lag after the restart p50 %s, p99 %s, max %s", pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1))
+		if most := pct(lags, 1); most > time.Second {
+			t.Errorf("a quick path waited %s behind hanging paths' backlogs after a restart", most)
+		}
+	})
+}
