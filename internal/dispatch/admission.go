@@ -171,6 +171,10 @@ type breaker struct {
 	backoff time.Duration // the last open period (before jitter)
 	maxOpen time.Duration // the longest open period; 0: breakerMaxOpen
 	probing bool          // the half-open probe is in flight
+	// probeFailed is when a probe last failed since it opened (zero:
+	// none yet): what it holds is failed untried only once a probe after
+	// its retry window found the endpoint still down (expireHeld).
+	probeFailed time.Time
 }
 
 // admits reports whether an attempt may start; it moves an open breaker
@@ -202,9 +206,10 @@ func (b *breaker) started() bool {
 func (b *breaker) probed(now time.Time, success bool) bool {
 	if !success {
 		b.trip(now)
+		b.probeFailed = now
 		return false
 	}
-	b.state, b.probing, b.backoff = closed, false, 0
+	b.state, b.probing, b.backoff, b.probeFailed = closed, false, 0, time.Time{}
 	return true
 }
 
@@ -218,6 +223,9 @@ func (b *breaker) trip(now time.Time) {
 	longest := breakerMaxOpen
 	if b.maxOpen > 0 {
 		longest = b.maxOpen
+	}
+	if b.state == closed {
+		b.probeFailed = time.Time{}
 	}
 	if b.backoff == 0 {
 		b.backoff = breakerFirstOpen

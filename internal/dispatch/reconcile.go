@@ -276,7 +276,10 @@ const expireReason = "retry window spent while the endpoint was unavailable (cir
 // expireHeld fails deliveries whose retry window ran out while a circuit
 // (the endpoint's or its host's) held them: held deliveries burn no
 // attempts, so without this they would wait forever instead of being
-// failed (and kept for replay) after a day.
+// failed (and kept for replay) after a day. A window is spent only once
+// a probe after its end failed: a schedule shorter than the circuit's 30 s
+// (["5s","5s","5s"]) had every held delivery of a 2 s outage failed
+// untried before the probe, which would have found the endpoint back.
 func (d *Dispatcher) expireHeld() {
 	type held struct {
 		host, sub string
@@ -288,19 +291,25 @@ func (d *Dispatcher) expireHeld() {
 		d.mu.Unlock()
 		return
 	}
-	now := time.Now()
 	for _, h := range d.hosts {
 		if !d.ownsLocked(h) {
 			continue
 		}
 		for id, l := range h.lanes {
-			if h.breaker.state == closed && l.breaker.state == closed {
+			var failed time.Time // the last failed probe of a circuit that holds l
+			if h.breaker.state != closed {
+				failed = h.breaker.probeFailed
+			}
+			if l.breaker.state != closed {
+				failed = maxTime(failed, l.breaker.probeFailed)
+			}
+			if failed.IsZero() {
 				continue
 			}
 			// A paused subscription's backlog is held by its owner's
 			// choice, not by the circuit: it waits, however long.
 			if sub, ok := d.cfg.Subs.Get(id); ok && sub.State == core.SubActive {
-				lanes = append(lanes, held{h.name, id, now.Add(-retryWindow(sub))})
+				lanes = append(lanes, held{h.name, id, failed.Add(-retryWindow(sub))})
 			}
 		}
 	}
