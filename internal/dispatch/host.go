@@ -213,10 +213,16 @@ func untried(w *window, b *breaker, pauseUntil time.Time) bool {
 
 // takeUp holds an untried lane as c, its last published circuit, says: open
 // until its retry time (half-open at once if that passed: one probe, not
-// a burst), and paused for what is left of its Retry-After.
+// a burst), and paused for what is left of its Retry-After. The rate cut
+// that came with the pause is not published (nor the rate it cut): it
+// starts again from the least, or the pause's end sent the whole queue at
+// once (an outside run: 9 requests, after a kill -9).
 func (l *lane) takeUp(c store.Circuit, now time.Time) {
 	if l.untried() {
 		takeUp(&l.breaker, &l.pauseUntil, c, now)
+		if c.PausedFor > 0 {
+			l.aimd.cut(now, 0)
+		}
 		l.aimd.holdUntil(l.pauseUntil)
 	}
 }

@@ -1527,3 +1527,56 @@ func TestSimShortScheduleBehindADownEndpointIsFailedAfterAProbe(t *testing.T) {
 		}
 	})
 }
+
+// The same after a restart inside the pause: the pause was taken up from
+// the store, but not the rate cut that came with it, so the whole queue
+// went when it ended (an outside run: 9 requests at once, after a kill -9,
+// to an endpoint sent one every 30 s without one). A pause taken up starts
+// a cut from the least rate.
+func TestSimRetryAfterTakenUpAfterARestartEndsWithoutABurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		begin := time.Now()
+		ep, _ := s.endpoint("ra", func(now time.Time, _ int, _ string) reply {
+			if now.Sub(begin) < time.Second {
+				return reply{status: 429, retryAfter: 30 * time.Second, latency: time.Millisecond}
+			}
+			return reply{status: 200, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		for range 20 {
+			s.post("sim.ra", "")
+		}
+		time.Sleep(5 * time.Second) // published within a second
+		s.restart()
+		time.Sleep(3 * time.Minute)
+		all := ep.snapshot()
+		s.stop()
+		var end time.Time
+		for _, a := range all {
+			if a.start.Sub(begin) < time.Second && a.end.Add(30*time.Second).After(end) {
+				end = a.end.Add(30 * time.Second)
+			}
+		}
+		first, total := 0, 0
+		for _, a := range all {
+			if a.start.Sub(begin) < time.Second {
+				continue
+			}
+			total++
+			if a.start.Before(end.Add(-time.Second)) {
+				t.Fatalf("an attempt at %s, inside the pause (until %s)", a.start.Sub(begin), end.Sub(begin))
+			}
+			if a.start.Before(end.Add(time.Second)) {
+				first++
+			}
+		}
+		t.Logf("after the pause taken up: %d attempts in its first second, %d in all", first, total)
+		if total < 20 {
+			t.Fatalf("%d attempts after the pause, want the twenty deliveries", total)
+		}
+		if first > 2 {
+			t.Errorf("%d attempts in the first second after a Retry-After taken up after a restart ended, want at most 2", first)
+		}
+	})
+}
