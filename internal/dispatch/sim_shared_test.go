@@ -1008,23 +1008,9 @@ func TestSimHangingPathsBacklogAfterARestartLeavesTheQuickOnesASlot(t *testing.T
 		hung.mu.Lock()
 		t.Logf("the hanging path held up to %d slots after the restart", hung.peak)
 		hung.mu.Unlock()
-		var lags []time.Duration
-		for _, ep := range quick {
-			for _, a := range ep.snapshot() {
-				if a.class == send.Delivered && a.start.After(restartAt) {
-					lags = append(lags, a.end.Sub(s.created(a.eventID)))
-				}
-			}
-		}
-		slices.Sort(lags)
+		lags := s.deliveredAfter(quick, restartAt)
 		s.stop()
-		if len(lags) < 4*60 {
-			t.Fatalf("the quick paths got %d of their %d events after the restart", len(lags), 4*60)
-		}
-		t.Logf("quick paths' lag after the restart p50 %s, p99 %s, max %s", pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1))
-		if most := pct(lags, 1); most > time.Second {
-			t.Errorf("a quick path waited %s behind a hanging path's backlog after a restart", most)
-		}
+		quickAfterRestart(t, lags, 4*60, "a hanging path's backlog")
 	})
 }
 
@@ -1164,22 +1150,36 @@ func TestSimHangingPathsBacklogsAfterARestartShareTheCap(t *testing.T) {
 			ep.mu.Unlock()
 		}
 		time.Sleep(10 * time.Second) // the last deliveries land
-		var lags []time.Duration
-		for _, ep := range quick {
-			for _, a := range ep.snapshot() {
-				if a.class == send.Delivered && a.start.After(restartAt) {
-					lags = append(lags, a.end.Sub(s.created(a.eventID)))
-				}
+		lags := s.deliveredAfter(quick, restartAt)
+		s.stop()
+		quickAfterRestart(t, lags, 3*59, "hanging paths' backlogs")
+	})
+}
+
+// deliveredAfter is the lags, sorted, of what eps delivered in attempts
+// started after t.
+func (s *sim) deliveredAfter(eps []*endpoint, t time.Time) []time.Duration {
+	var lags []time.Duration
+	for _, ep := range eps {
+		for _, a := range ep.snapshot() {
+			if a.class == send.Delivered && a.start.After(t) {
+				lags = append(lags, a.end.Sub(s.created(a.eventID)))
 			}
 		}
-		slices.Sort(lags)
-		s.stop()
-		if len(lags) < 3*59 {
-			t.Fatalf("the quick paths got %d of their %d events after the restart", len(lags), 3*59)
-		}
-		t.Logf("quick paths' lag after the restart p50 %s, p99 %s, max %s", pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1))
-		if most := pct(lags, 1); most > time.Second {
-			t.Errorf("a quick path waited %s behind hanging paths' backlogs after a restart", most)
-		}
-	})
+	}
+	slices.Sort(lags)
+	return lags
+}
+
+// quickAfterRestart checks that the quick paths got want deliveries after
+// a restart, none later than a second, behind what.
+func quickAfterRestart(t *testing.T, lags []time.Duration, want int, what string) {
+	t.Helper()
+	if len(lags) < want {
+		t.Fatalf("the quick paths got %d of their %d events after the restart", len(lags), want)
+	}
+	t.Logf("quick paths' lag after the restart p50 %s, p99 %s, max %s", pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1))
+	if most := pct(lags, 1); most > time.Second {
+		t.Errorf("a quick path waited %s behind %s after a restart", most, what)
+	}
 }
