@@ -423,8 +423,30 @@ func (a *aimd) liftAt() time.Time {
 
 // limiting reports whether a cut is still in force at now, as current
 // would find it, without moving the state.
-func (a *aimd) limiting(now time.Time) bool {
-	return a.rate > 0 && a.rate+a.ceiling*aimdRecoverPerSec*now.Sub(a.last).Seconds() < a.ceiling
+func (a *aimd) limiting(now time.Time) bool { return a.at(now) > 0 }
+
+// at is the cut's rate at now, as current would find it without a
+// backlog, without moving the state; 0 when none is in force.
+func (a *aimd) at(now time.Time) float64 {
+	if a.rate == 0 {
+		return 0
+	}
+	r := a.rate + a.ceiling*aimdRecoverPerSec*max(0, now.Sub(a.last).Seconds())
+	if r >= a.ceiling {
+		return 0
+	}
+	return r
+}
+
+// takeUp starts the cut an owner published age ago, grown since as it
+// would have: the owner's rate, and where its recovery ends.
+func (a *aimd) takeUp(rate, ceiling float64, age time.Duration, now time.Time) {
+	a.rate, a.ceiling, a.last = rate, max(ceiling, rate), now.Add(-max(0, age))
+	if a.at(now) == 0 {
+		*a = aimd{} // it lifted since
+		return
+	}
+	a.current(now, false)
 }
 
 // ramp is the slow start after a breaker closes: the share of the

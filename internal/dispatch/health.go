@@ -312,10 +312,11 @@ func (d *Dispatcher) publishLoop() {
 }
 
 // published is what the board last got for a key held back (an open
-// circuit or a pause).
+// circuit, a pause or a 429 back-off).
 type published struct {
 	host                      string
 	retryAt, pauseUntil, sent time.Time
+	cut                       float64
 }
 
 // publishCircuits publishes the circuits of owned hosts and their
@@ -332,14 +333,21 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 	var changed []store.Circuit
 	var sent []published
 	seen := map[string]bool{}
-	consider := func(key, host string, b *breaker, pause time.Time) {
+	// a is the endpoint's 429 back-off (nil for a host): republished when
+	// it was cut again, else with the rest every republishOpen.
+	consider := func(key, host string, b *breaker, pause time.Time, a *aimd) {
 		if seen[key] {
 			return
 		}
 		seen[key] = true
-		held := b.state != closed || pause.After(now)
+		var cut float64
+		if a != nil {
+			cut = a.at(now)
+		}
+		held := b.state != closed || pause.After(now) || cut > 0
 		was, ok := d.published[key]
-		if held == ok && (!ok || (was.retryAt.Equal(b.retryAt) && was.pauseUntil.Equal(pause) && now.Sub(was.sent) <= republishOpen)) {
+		if held == ok && (!ok || (was.retryAt.Equal(b.retryAt) && was.pauseUntil.Equal(pause) && cut >= was.cut &&
+			now.Sub(was.sent) <= republishOpen)) {
 			return
 		}
 		c := store.Circuit{Key: key}
@@ -351,22 +359,25 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 			if pause.After(now) {
 				c.PausedFor = pause.Sub(now)
 			}
+			if cut > 0 {
+				c.CutRate, c.CutCeiling = cut, a.ceiling
+			}
 		}
 		changed = append(changed, c)
-		sent = append(sent, published{host: host, retryAt: b.retryAt, pauseUntil: pause, sent: now})
+		sent = append(sent, published{host: host, retryAt: b.retryAt, pauseUntil: pause, sent: now, cut: cut})
 	}
 	for name, h := range d.hosts {
 		if !d.ownsLocked(h) {
 			continue
 		}
-		consider(name, name, &h.breaker, h.pauseUntil)
+		consider(name, name, &h.breaker, h.pauseUntil, nil)
 		for id, l := range h.lanes {
 			// A subscription that moved keeps a lane at its old host while
 			// an attempt there finishes: its current host's lane speaks for it.
 			if sub, ok := d.cfg.Subs.Get(id); ok && sub.Host != name {
 				continue
 			}
-			consider(id, name, &l.breaker, l.pauseUntil)
+			consider(id, name, &l.breaker, l.pauseUntil, &l.aimd)
 		}
 	}
 	for key, was := range d.published {
@@ -392,7 +403,7 @@ func (d *Dispatcher) publishCircuits(ctx context.Context) {
 		d.published = map[string]published{}
 	}
 	for i, c := range changed {
-		if c.Open || c.PausedFor > 0 {
+		if c.Open || c.PausedFor > 0 || c.CutRate > 0 {
 			d.published[c.Key] = sent[i]
 		} else {
 			delete(d.published, c.Key)

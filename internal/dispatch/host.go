@@ -213,14 +213,18 @@ func untried(w *window, b *breaker, pauseUntil time.Time) bool {
 
 // takeUp holds an untried lane as c, its last published circuit, says: open
 // until its retry time (half-open at once if that passed: one probe, not
-// a burst), and paused for what is left of its Retry-After. The rate cut
-// that came with the pause is not published (nor the rate it cut): it
-// starts again from the least, or the pause's end sent the whole queue at
-// once (an outside run: 9 requests, after a kill -9).
+// a burst), paused for what is left of its Retry-After, and held to its
+// 429 back-off (a restart sent an endpoint answering 429 its floor at
+// once). A pause published without a cut (by a node of the release
+// before) starts one from the least rate, or its end sent the whole queue
+// at once (an outside run: 9 requests, after a kill -9).
 func (l *lane) takeUp(c store.Circuit, now time.Time) {
 	if l.untried() {
 		takeUp(&l.breaker, &l.pauseUntil, c, now)
-		if c.PausedFor > 0 {
+		switch {
+		case c.CutRate > 0:
+			l.aimd.takeUp(c.CutRate, c.CutCeiling, c.Age, now)
+		case c.PausedFor > 0:
 			l.aimd.cut(now, 0)
 		}
 		l.aimd.holdUntil(l.pauseUntil)

@@ -1580,3 +1580,37 @@ func TestSimRetryAfterTakenUpAfterARestartEndsWithoutABurst(t *testing.T) {
 		}
 	})
 }
+
+// An endpoint answering 429 without Retry-After is held to its back-off's
+// rate; a restart forgot it and sent the queue up to its floor at once (an
+// outside run: 10 requests in the first instant, to an endpoint answering
+// 429 to everything). The owner publishes the cut with its circuits.
+func TestSimRateCutOutlivesARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(t)
+		ep, _ := s.endpoint("quota", func(time.Time, int, string) reply {
+			return reply{status: 429, latency: 5 * time.Millisecond}
+		})
+		s.start()
+		var wg sync.WaitGroup
+		s.traffic(&wg, "sim.quota", 200*time.Millisecond, 30*time.Second)
+		wg.Wait()
+		time.Sleep(2 * time.Second) // published within a second
+		restartAt := time.Now()
+		s.restart()
+		time.Sleep(10 * time.Second)
+		first, tenth := 0, 0
+		for _, a := range ep.snapshot() {
+			if d := a.start.Sub(restartAt); d >= 0 && d < time.Second {
+				first++
+			} else if d >= 0 && d < 10*time.Second {
+				tenth++
+			}
+		}
+		s.stop()
+		t.Logf("after the restart: %d attempts in the first second, %d in the next nine", first, tenth)
+		if first > 2 {
+			t.Errorf("%d attempts in the first second after a restart to an endpoint held to its 429 back-off", first)
+		}
+	})
+}

@@ -695,7 +695,10 @@ type Circuit struct {
 	Open      bool
 	RetryIn   time.Duration
 	PausedFor time.Duration
-	Age       time.Duration
+	// CutRate > 0: an endpoint's 429 back-off is in force, at CutRate
+	// deliveries a second, recovering up to CutCeiling (when published).
+	CutRate, CutCeiling float64
+	Age                 time.Duration
 }
 
 // Notifier is implemented by a backend several nodes share: it tells the

@@ -27,10 +27,11 @@ func (s *Store) CircuitsPublish(ctx context.Context, cs []store.Circuit) error {
 			if c.PausedFor > 0 {
 				paused = ns(now.Add(c.PausedFor))
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO host_circuits (host, open, retry_at, paused_until, updated_at)
-				VALUES (?, ?, ?, ?, ?) ON CONFLICT (host) DO UPDATE SET open = excluded.open, retry_at = excluded.retry_at,
-				paused_until = excluded.paused_until, updated_at = excluded.updated_at`,
-				c.Key, c.Open, retry, paused, ns(now)); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO host_circuits (host, open, retry_at, paused_until, cut_rate, cut_ceiling, updated_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (host) DO UPDATE SET open = excluded.open, retry_at = excluded.retry_at,
+				paused_until = excluded.paused_until, cut_rate = excluded.cut_rate, cut_ceiling = excluded.cut_ceiling,
+				updated_at = excluded.updated_at`,
+				c.Key, c.Open, retry, paused, c.CutRate, c.CutCeiling, ns(now)); err != nil {
 				return err
 			}
 		}
@@ -43,7 +44,7 @@ func (s *Store) CircuitsGet(ctx context.Context, keys []string) ([]store.Circuit
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT host, open, retry_at, paused_until, updated_at FROM host_circuits
+	rows, err := s.r.QueryContext(ctx, `SELECT host, open, retry_at, paused_until, cut_rate, cut_ceiling, updated_at FROM host_circuits
 		WHERE host IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return nil, mapErr(err)
@@ -54,7 +55,7 @@ func (s *Store) CircuitsGet(ctx context.Context, keys []string) ([]store.Circuit
 	for rows.Next() {
 		var c store.Circuit
 		var retry, paused, updated int64
-		if err := rows.Scan(&c.Key, &c.Open, &retry, &paused, &updated); err != nil {
+		if err := rows.Scan(&c.Key, &c.Open, &retry, &paused, &c.CutRate, &c.CutCeiling, &updated); err != nil {
 			return nil, mapErr(err)
 		}
 		if c.Open {

@@ -34,7 +34,8 @@ func testCircuits(t *testing.T, st store.Store) {
 		t.Fatal("an unpublished host was found")
 	}
 	noErr(t, "CircuitsPublish", s.CircuitsPublish(ctx, []store.Circuit{{Key: "a.example:443", Open: true, RetryIn: time.Minute},
-		{Key: "b.example:443"}, {Key: "sub_1", PausedFor: time.Minute}, {Key: "sub_x"}, {Key: "sub_x", PausedFor: time.Hour}}))
+		{Key: "b.example:443"}, {Key: "sub_1", PausedFor: time.Minute}, {Key: "sub_x"}, {Key: "sub_x", PausedFor: time.Hour},
+		{Key: "sub_cut", CutRate: 2.5, CutCeiling: 10}}))
 	c, ok := get("a.example:443")
 	if !ok || !c.Open || c.RetryIn <= 50*time.Second || c.RetryIn > time.Minute || c.PausedFor != 0 ||
 		c.Age < 0 || c.Age > 10*time.Second {
@@ -49,11 +50,20 @@ func testCircuits(t *testing.T, st store.Store) {
 	if x, ok := get("sub_x"); !ok || x.PausedFor <= 50*time.Minute {
 		t.Fatalf("a key published twice in one batch read back %+v, %v; want the last", x, ok)
 	}
-	noErr(t, "CircuitsPublish", s.CircuitsPublish(ctx, []store.Circuit{{Key: "a.example:443"}, {Key: "sub_1"}}))
+	if k, ok := get("sub_cut"); !ok || k.Open || k.PausedFor != 0 || k.CutRate != 2.5 || k.CutCeiling != 10 {
+		t.Fatalf("an endpoint's rate cut read back %+v, %v", k, ok)
+	}
+	if b, _ := get("b.example:443"); b.CutRate != 0 || b.CutCeiling != 0 {
+		t.Fatalf("a host with no cut read back %+v", b)
+	}
+	noErr(t, "CircuitsPublish", s.CircuitsPublish(ctx, []store.Circuit{{Key: "a.example:443"}, {Key: "sub_1"}, {Key: "sub_cut"}}))
 	if c, _ := get("a.example:443"); c.Open || c.RetryIn != 0 {
 		t.Fatalf("after closing: %+v", c)
 	}
 	if e, _ := get("sub_1"); e.PausedFor != 0 {
 		t.Fatalf("after the pause: %+v", e)
+	}
+	if k, _ := get("sub_cut"); k.CutRate != 0 || k.CutCeiling != 0 {
+		t.Fatalf("after the cut lifted: %+v", k)
 	}
 }
