@@ -310,19 +310,24 @@ func pct(ds []time.Duration, p float64) time.Duration {
 
 func (s *sim) states(sub core.Subscription) map[core.DeliveryState]int {
 	out := map[core.DeliveryState]int{}
-	cursor := ""
-	for {
+	for _, d := range s.deliveries(sub) {
+		out[d.State]++
+	}
+	return out
+}
+
+// deliveries reads every delivery of sub from the store.
+func (s *sim) deliveries(sub core.Subscription) []core.Delivery {
+	var out []core.Delivery
+	for cursor := ""; ; {
 		page, err := s.store.DeliveryList(context.Background(), store.DeliveryListParams{SubscriptionID: sub.ID, Cursor: cursor, Limit: 100})
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		for _, d := range page.Data {
-			out[d.State]++
-		}
-		if page.NextCursor == "" {
+		out = append(out, page.Data...)
+		if cursor = page.NextCursor; cursor == "" {
 			return out
 		}
-		cursor = page.NextCursor
 	}
 }
 
@@ -1183,12 +1188,7 @@ func retryAfterEndsWithoutABurst(t *testing.T, status int) {
 		time.Sleep(3 * time.Minute)
 		all := ep.snapshot()
 		s.stop()
-		var end time.Time // the last 429's pause
-		for _, a := range all {
-			if a.start.Sub(begin) < time.Second && a.end.Add(30*time.Second).After(end) {
-				end = a.end.Add(30 * time.Second)
-			}
-		}
+		end := pauseEnd(all, begin) // the last 429's pause
 		first, later := 0, 0
 		for _, a := range all {
 			switch {
@@ -1472,19 +1472,10 @@ func TestSimShortScheduleOutlivesTheCircuitThatHeldIt(t *testing.T) {
 				wg.Wait()
 				time.Sleep(10 * time.Minute) // the recovery ramp's five minutes, and some
 				untried, states := 0, map[core.DeliveryState]int{}
-				for cursor := ""; ; {
-					page, err := s.store.DeliveryList(context.Background(), store.DeliveryListParams{SubscriptionID: sub.ID, Cursor: cursor, Limit: 100})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, d := range page.Data {
-						states[d.State]++
-						if d.State == core.DeliveryFailed && d.AttemptCount == 0 {
-							untried++
-						}
-					}
-					if cursor = page.NextCursor; cursor == "" {
-						break
+				for _, d := range s.deliveries(sub) {
+					states[d.State]++
+					if d.State == core.DeliveryFailed && d.AttemptCount == 0 {
+						untried++
 					}
 				}
 				s.stop()
@@ -1552,12 +1543,7 @@ func TestSimRetryAfterTakenUpAfterARestartEndsWithoutABurst(t *testing.T) {
 		time.Sleep(3 * time.Minute)
 		all := ep.snapshot()
 		s.stop()
-		var end time.Time
-		for _, a := range all {
-			if a.start.Sub(begin) < time.Second && a.end.Add(30*time.Second).After(end) {
-				end = a.end.Add(30 * time.Second)
-			}
-		}
+		end := pauseEnd(all, begin)
 		first, total := 0, 0
 		for _, a := range all {
 			if a.start.Sub(begin) < time.Second {
@@ -1613,4 +1599,16 @@ func TestSimRateCutOutlivesARestart(t *testing.T) {
 			t.Errorf("%d attempts in the first second after a restart to an endpoint held to its 429 back-off", first)
 		}
 	})
+}
+
+// pauseEnd is when the last Retry-After: 30 answered in the first second
+// from begin ends.
+func pauseEnd(all []simAttempt, begin time.Time) time.Time {
+	var end time.Time
+	for _, a := range all {
+		if a.start.Sub(begin) < time.Second && a.end.Add(30*time.Second).After(end) {
+			end = a.end.Add(30 * time.Second)
+		}
+	}
+	return end
 }
